@@ -1,0 +1,1 @@
+"""The plugins of the skb-cni suite, installed as ``skb_plugins``."""

@@ -1,0 +1,1 @@
+"""loopback: brings ``lo`` up inside the container netns."""
