@@ -1,0 +1,124 @@
+"""The network configuration on stdin, parsed once at the edge into a typed object.
+
+Every field error is a code-7 CNIError that names the field (as a path: ``ipam.ranges[0][1].subnet``),
+what was found and what was expected. Go's decoder matches keys case-insensitively (``DataDir`` works),
+so ``get`` falls back to a case-insensitive match to stay drop-in compatible with existing configs.
+"""
+from skb import jsonio
+from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
+from skb.env import valid_name
+
+SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+LATEST = SUPPORTED_VERSIONS[-1]
+
+_TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", dict: "an object",
+               list: "a list"}
+
+
+def _describe(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {jsonio.dumps(value)}"
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def lookup(obj, key):
+    """``obj[key]``, else the value of a key equal ignoring case (Go's decoder), else KeyError."""
+    if key in obj:
+        return obj[key]
+    low = key.lower()
+    for k, v in obj.items():
+        if k.lower() == low:
+            return v
+    raise KeyError(key)
+
+
+def get(obj, key, kind, where, default=None, required=False):
+    """A typed field of the JSON object ``obj`` found at path ``where``.
+
+    ``kind`` is str, bool, int, float, dict or list. Absent (or null) -> ``default``, or a code-7 error if
+    ``required``. A JSON number with a fractional part is not an int; bool is never a number.
+    """
+    path = f"{where}.{key}" if where else key
+    try:
+        value = lookup(obj, key)
+    except KeyError:
+        value = None
+    if value is None:
+        if required:
+            raise CNIError(INVALID_CONFIG, f"missing field {path}",
+                           f"add {path} ({_TYPE_NAMES[kind]}) to the network configuration")
+        return default
+    ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        ok, value = True, int(value)
+    if not ok:
+        raise CNIError(INVALID_CONFIG, f"invalid field {path}: expected {_TYPE_NAMES[kind]}, found {_describe(value)}",
+                       f"fix {path} in the network configuration")
+    return value
+
+
+def parse_json_stdin(data, what="network configuration on stdin"):
+    """Decode stdin; invalid JSON is code 6 with the line, the column and the offending text."""
+    try:
+        return jsonio.loads(data)
+    except jsonio.JSONSyntaxError as e:
+        raise CNIError(DECODE, f"invalid JSON in the {what}: {e}", e.describe()) from None
+
+
+class NetConf:
+    """The fields every plugin shares; ``raw`` keeps the whole object for plugin-specific keys."""
+
+    __slots__ = ("raw", "name", "cni_version", "type", "prev_result", "runtime_config", "args", "debug_log")
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.name = raw["name"]
+        self.cni_version = raw.get("cniVersion") or "0.1.0"
+        self.type = raw.get("type", "")
+        self.prev_result = raw.get("prevResult")
+        self.runtime_config = raw.get("runtimeConfig") or {}
+        self.args = raw.get("args") or {}
+        self.debug_log = raw.get("skbDebugLog") or ""
+
+    def __repr__(self):
+        return f"NetConf(name={self.name!r}, cniVersion={self.cni_version!r}, type={self.type!r})"
+
+
+def parse(data):
+    """Parse and validate the common part of a plugin's stdin (not for VERSION)."""
+    raw = parse_json_stdin(data)
+    if not isinstance(raw, dict):
+        raise CNIError(DECODE, f"the network configuration must be a JSON object, found {_describe(raw)}",
+                       'e.g. {"cniVersion": "1.0.0", "name": "mynet", "type": "loopback"}')
+    name = get(raw, "name", str, "")
+    if not name:
+        raise CNIError(INVALID_CONFIG, "missing network name", 'set "name" in the network configuration')
+    if not valid_name(name):
+        raise CNIError(INVALID_CONFIG, "invalid characters found in network name",
+                       f"name {name!r}: use letters, digits, '_', '.' and '-', starting with a letter or digit")
+    version = get(raw, "cniVersion", str, "")
+    for key, kind in (("type", str), ("runtimeConfig", dict), ("args", dict), ("skbDebugLog", str)):
+        get(raw, key, kind, "")
+    conf = NetConf(raw)
+    conf.cni_version = version or "0.1.0"  # a missing cniVersion means 0.1.0 (spec)
+    return conf
+
+
+def check_version(conf, command):
+    """Refuse a cniVersion we cannot speak (code 1) and commands the version does not have."""
+    v = conf.cni_version
+    if v not in SUPPORTED_VERSIONS:
+        raise CNIError(INCOMPATIBLE_VERSION, "incompatible CNI versions",
+                       f'config is "{v}", plugin supports [{" ".join(jsonio.dumps(s) for s in SUPPORTED_VERSIONS)}]')
+    needs = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}.get(command)
+    if needs and SUPPORTED_VERSIONS.index(v) < SUPPORTED_VERSIONS.index(needs):
+        raise CNIError(INCOMPATIBLE_VERSION, f"config version does not allow {command}",
+                       f'{command} needs cniVersion "{needs}" or later; the config has "{v}"')

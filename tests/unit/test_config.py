@@ -1,0 +1,78 @@
+"""Config parsing: code 6 for bad JSON (located), 7 for bad fields (named), 1 for versions."""
+import pytest
+
+from skb import config
+from skb.errors import CNIError
+
+
+def err(fn, *a):
+    with pytest.raises(CNIError) as ei:
+        fn(*a)
+    return ei.value
+
+
+def test_parse_minimal_defaults_to_0_1_0():
+    conf = config.parse(b'{"name": "n", "type": "loopback"}')
+    assert (conf.name, conf.cni_version, conf.type, conf.prev_result) == ("n", "0.1.0", "loopback", None)
+
+
+def test_trailing_comma_is_code_6_with_location_and_text():
+    e = err(config.parse, b'{\n "cniVersion": "1.0.0",\n "name": "n",\n}')
+    assert e.code == 6
+    assert "trailing comma" in e.msg and "line 3, column 13" in e.msg
+    assert '"name": "n",' in e.details and "^" in e.details
+
+
+@pytest.mark.parametrize("data", [b"[]", b'"x"', b"null", b"1"])
+def test_non_object_is_code_6(data):
+    assert err(config.parse, data).code == 6
+
+
+@pytest.mark.parametrize("data,code,msg", [
+    (b'{"type": "x"}', 7, "missing network name"),
+    (b'{"name": ""}', 7, "missing network name"),
+    (b'{"name": "a b"}', 7, "invalid characters found in network name"),
+    (b'{"name": 5}', 7, "invalid field name: expected a string, found the number 5"),
+    (b'{"name": "n", "cniVersion": 1.0}', 7, "invalid field cniVersion: expected a string"),
+    (b'{"name": "n", "type": ["x"]}', 7, "invalid field type: expected a string, found a list"),
+    (b'{"name": "n", "runtimeConfig": "x"}', 7, "invalid field runtimeConfig: expected an object"),
+])
+def test_field_errors_name_the_field(data, code, msg):
+    e = err(config.parse, data)
+    assert e.code == code and msg in e.msg
+
+
+def test_get_is_typed_and_case_insensitive_like_go():
+    obj = {"DataDir": "/x", "mtu": 1400.0, "flag": True, "n": 1.5}
+    assert config.get(obj, "dataDir", str, "ipam") == "/x"
+    assert config.get(obj, "mtu", int, "") == 1400
+    assert config.get(obj, "absent", int, "", default=7) == 7
+    assert err(config.get, obj, "flag", int, "").msg == "invalid field flag: expected an integer, found a boolean"
+    assert "ipam.n" in err(config.get, obj, "n", int, "ipam").msg
+    assert err(config.get, obj, "absent", str, "ipam", None, True).msg == "missing field ipam.absent"
+
+
+@pytest.mark.parametrize("version", config.SUPPORTED_VERSIONS)
+def test_supported_versions_accepted_for_add(version):
+    config.check_version(config.parse(b'{"name":"n","cniVersion":"%s"}' % version.encode()), "ADD")
+
+
+@pytest.mark.parametrize("version", ["1.1", "v1.1.0", "0.5.0", "2.0.0", "1.1.0-rc1"])
+def test_unsupported_version_is_code_1_listing_supported(version):
+    conf = config.parse(b'{"name":"n","cniVersion":"%s"}' % version.encode())
+    e = err(config.check_version, conf, "ADD")
+    assert e.code == 1 and e.msg == "incompatible CNI versions"
+    assert f'config is "{version}"' in e.details and '"0.1.0"' in e.details and '"1.1.0"' in e.details
+
+
+@pytest.mark.parametrize("command,version,ok", [
+    ("CHECK", "0.3.1", False), ("CHECK", "0.4.0", True), ("STATUS", "1.0.0", False),
+    ("STATUS", "1.1.0", True), ("GC", "0.4.0", False), ("GC", "1.1.0", True),
+])
+def test_command_version_gates(command, version, ok):
+    conf = config.parse(b'{"name":"n","cniVersion":"%s"}' % version.encode())
+    if ok:
+        config.check_version(conf, command)
+    else:
+        e = err(config.check_version, conf, command)
+        assert e.code == 1 and e.msg == f"config version does not allow {command}"

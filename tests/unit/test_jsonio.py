@@ -1,0 +1,49 @@
+"""The _json-only codec agrees with the json module on valid input and locates errors precisely."""
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from skb import jsonio
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children), max_leaves=30)
+
+
+@given(values)
+def test_roundtrip_matches_json(v):
+    text = json.dumps(v)
+    assert jsonio.loads(text) == json.loads(text)
+    assert json.loads(jsonio.dumps(v)) == v
+
+
+@given(st.text(max_size=60))
+def test_arbitrary_text_decodes_or_raises_located_error(text):
+    try:
+        jsonio.loads(text)
+    except jsonio.JSONSyntaxError as e:
+        assert e.line >= 1 and e.col >= 1 and isinstance(e.describe(), str)
+
+
+@pytest.mark.parametrize("text,problem,line,col", [
+    ('{\n  "name": "x",\n  "type": "loopback",\n}', "trailing comma after the last key", 3, 21),
+    ('{"a": [1, 2,]}', "trailing comma after the last list item", 1, 12),
+    ('', "unexpected end of input", 1, 1),
+    ('{"a": NaN}', "NaN is not valid JSON", 1, 7),
+    ('{"a": 1} {}', "extra data", 1, 10),
+    ('{"a": "x', "unterminated string", 1, 7),
+    ('[1e400]', "out of range", 1, 2),
+])
+def test_errors_are_located(text, problem, line, col):
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(text)
+    e = ei.value
+    assert problem in str(e) and (e.line, e.col) == (line, col)
+    assert e.describe().splitlines()[1].index("^") == col - 1
+
+
+def test_bytes_and_invalid_utf8():
+    assert jsonio.loads(b'{"a": "\xc3\xa9"}') == {"a": "é"}
+    with pytest.raises(jsonio.JSONSyntaxError, match="UTF-8"):
+        jsonio.loads(b'{"a": "\xff"}')
