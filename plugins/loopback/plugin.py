@@ -1,0 +1,77 @@
+"""loopback: bring ``lo`` up in the container's network namespace.
+
+ADD sets ``lo`` up and reports it with its loopback addresses (or passes a chained prevResult through).
+CHECK verifies ``lo`` is up and carries only loopback addresses. DEL sets ``lo`` down like the reference
+plugin, but only in a namespace that is provably the container's (see ``skb.guard``): never in the node's
+own, whatever path names it. CNI_IFNAME is validated but ignored (CRI sends ``lo``, podman ``eth0``).
+"""
+from skb import guard, netns, skel
+from skb.errors import CNIError, INTERNAL
+from skb.netlink import RtNetlink
+from skb.result import IPConfig, Interface, Result, parse_prev_result
+
+_IFF_UP = 0x1
+
+
+def _lo_addresses(nl, lo, where):
+    """lo's IPv4 then IPv6 addresses as "ip/prefix"; a non-loopback address is an error."""
+    found = []
+    for a in nl.addr_list(index=lo.index):
+        ip = a.address
+        if not (ip.startswith("127.") or ip == "::1"):
+            raise CNIError(INTERNAL, f'loopback interface found with non-loopback address "{ip}"',
+                           f"lo in netns {where} carries {ip}/{a.prefixlen}; only 127.0.0.0/8 and ::1 belong there")
+        found.append((a.family, f"{ip}/{a.prefixlen}"))
+    found.sort(key=lambda fa: fa[0] != 2)  # IPv4 first, as the reference reports them
+    return found
+
+
+def cmd_add(args, conf):
+    prev = parse_prev_result(conf.cni_version, conf.prev_result) if conf.prev_result is not None else None
+    ns = guard.open_target(args)
+    with ns, netns.enter(ns):
+        nl = RtNetlink(label=args.netns)
+        with nl:
+            lo = nl.link_get("lo")
+            if not lo.flags & _IFF_UP:
+                nl.link_set_up(lo.index)
+            addrs = _lo_addresses(nl, lo, args.netns)
+    if prev is not None:
+        return prev
+    first = {}
+    for family, addr in addrs:
+        first.setdefault(family, addr)
+    return Result(conf.cni_version,
+                  interfaces=[Interface("lo", mac="00:00:00:00:00:00", sandbox=args.netns)],
+                  ips=[IPConfig(addr, interface=0) for addr in first.values()])
+
+
+def cmd_check(args, conf):
+    ns = guard.open_target(args)
+    with ns, netns.enter(ns):
+        with RtNetlink(label=args.netns) as nl:
+            lo = nl.link_get("lo")
+            if not lo.flags & _IFF_UP:
+                raise CNIError(INTERNAL, "loopback interface is down",
+                               f"lo in netns {args.netns} is not up; the container has no working loopback")
+            _lo_addresses(nl, lo, args.netns)
+
+
+def cmd_del(args, conf):
+    ns = guard.open_target(args)
+    if ns is None:
+        return
+    with ns, netns.enter(ns):
+        with RtNetlink(label=args.netns) as nl:
+            lo = nl.link_get("lo")
+            if lo.flags & _IFF_UP:
+                nl.link_set_down(lo.index)
+
+
+PLUGIN = skel.Plugin("loopback", "brings lo up in the container's network namespace",
+                     add=cmd_add, delete=cmd_del, check=cmd_check,
+                     status=lambda args, conf: None, gc=lambda args, conf: None)
+
+
+def main(argv=None):
+    skel.main(PLUGIN)
