@@ -12,7 +12,7 @@ netns, create the socket inside ``skb.netns.enter(ns)`` (``RtNetlink.for_netns(n
 ``label`` names that netns in every error message.
 
 Addresses are given as strings ("10.1.1.5/24", "fd00::1") or tuples ``(family, packed, prefixlen)``;
-objects read back carry packed bytes plus text properties (``Addr.cidr``, ``Route.dst_cidr``...).
+objects read back carry text (``Addr.address``, ``Addr.cidr``, ``Route.dst``, ``Route.gateway``) and the same as packed bytes.
 """
 import _socket
 import _struct
@@ -90,7 +90,7 @@ def parse_ip(value):
 def parse_prefix(value):
     """'10.1.1.5/24' | 'fd00::1' (full length) | (family, packed, prefixlen) | Addr -> the tuple."""
     if isinstance(value, Addr):
-        return value.family, value.addr, value.prefixlen
+        return value.family, value.packed, value.prefixlen
     if isinstance(value, str):
         ip, sep, plen = value.partition("/")
         family, packed = parse_ip(ip)
@@ -300,19 +300,21 @@ def decode_link(payload):
 
 
 class Addr:
-    __slots__ = ("index", "family", "addr", "prefixlen", "scope", "flags", "label")
+    """An address on a link: ``packed`` bytes, with ``address`` ("10.1.1.5") and ``cidr`` ("10.1.1.5/24")."""
+
+    __slots__ = ("index", "family", "packed", "prefixlen", "scope", "flags", "label")
 
     @property
-    def ip(self):
-        return ntop(self.family, self.addr)
+    def address(self):
+        return ntop(self.family, self.packed)
 
     @property
     def cidr(self):
-        return cidr(self.family, self.addr, self.prefixlen)
+        return cidr(self.family, self.packed, self.prefixlen)
 
     @property
     def prefix(self):
-        return self.family, self.addr, self.prefixlen
+        return self.family, self.packed, self.prefixlen
 
     def __repr__(self):
         return f"Addr({self.cidr}, index={self.index}, scope={self.scope}, flags={self.flags:#x})"
@@ -323,27 +325,38 @@ def decode_addr(payload):
     a = parse_attrs(payload, 8)
     addr = Addr()
     addr.index, addr.family, addr.prefixlen, addr.scope = index, family, plen, scope
-    addr.addr = a.get(IFA_LOCAL) or a.get(IFA_ADDRESS, b"")   # v4 point-to-point: LOCAL is ours
+    addr.packed = a.get(IFA_LOCAL) or a.get(IFA_ADDRESS, b"")   # v4 point-to-point: LOCAL is ours
     addr.flags = _u32(a[IFA_FLAGS]) if IFA_FLAGS in a else flags
     addr.label = _cstr(a[IFA_LABEL]) if IFA_LABEL in a else ""
     return addr
 
 
 class Route:
-    __slots__ = ("family", "dst", "dst_len", "gateway", "oif", "scope", "protocol", "table", "priority",
-                 "type", "prefsrc", "mtu", "advmss", "flags")
+    """A route: ``dst`` ("10.1.0.0/16", "0.0.0.0/0"), ``gateway`` and ``prefsrc`` (text or None), the same as
+    packed bytes in ``dst_packed``/``gw_packed``/``prefsrc_packed``; ``mtu``/``advmss`` 0 when unset."""
+
+    __slots__ = ("family", "dst_packed", "dst_len", "gw_packed", "oif", "scope", "protocol", "table", "priority",
+                 "type", "prefsrc_packed", "mtu", "advmss", "flags")
 
     @property
-    def dst_cidr(self):
-        return cidr(self.family, self.dst, self.dst_len)
+    def dst(self):
+        return cidr(self.family, self.dst_packed, self.dst_len)
 
     @property
-    def gw(self):
-        return ntop(self.family, self.gateway) if self.gateway else None
+    def gateway(self):
+        return ntop(self.family, self.gw_packed) if self.gw_packed else None
+
+    @property
+    def prefsrc(self):
+        return ntop(self.family, self.prefsrc_packed) if self.prefsrc_packed else None
+
+    @property
+    def prefix(self):
+        return self.family, self.dst_packed, self.dst_len
 
     def __repr__(self):
-        via = f" via {self.gw}" if self.gateway else ""
-        return (f"Route({self.dst_cidr}{via} oif={self.oif} table={self.table} scope={self.scope} "
+        via = f" via {self.gateway}" if self.gw_packed else ""
+        return (f"Route({self.dst}{via} oif={self.oif} table={self.table} scope={self.scope} "
                 f"proto={self.protocol} metric={self.priority})")
 
 
@@ -352,9 +365,9 @@ def decode_route(payload):
     a = parse_attrs(payload, 12)
     r = Route()
     r.family, r.dst_len, r.scope, r.protocol, r.type, r.flags = family, dlen, scope, proto, rtype, flags
-    r.dst = a.get(RTA_DST) or b"\0" * _ALEN.get(family, 0)
-    r.gateway = a.get(RTA_GATEWAY)
-    r.prefsrc = a.get(RTA_PREFSRC)
+    r.dst_packed = a.get(RTA_DST) or b"\0" * _ALEN.get(family, 0)
+    r.gw_packed = a.get(RTA_GATEWAY)
+    r.prefsrc_packed = a.get(RTA_PREFSRC)
     r.oif = _u32(a[RTA_OIF]) if RTA_OIF in a else 0
     r.table = _u32(a[RTA_TABLE]) if RTA_TABLE in a else table
     r.priority = _u32(a[RTA_PRIORITY]) if RTA_PRIORITY in a else 0
@@ -552,10 +565,10 @@ class RtNetlink:
             raise self._error(e, f"setting link {shown} {change}", {
                 _errno.ENODEV: f"link {shown} not found in netns {self.label}"}, link) from None
 
-    def link_up(self, link):
+    def link_set_up(self, link):
         self.link_set(link, up=True)
 
-    def link_down(self, link):
+    def link_set_down(self, link):
         self.link_set(link, up=False)
 
     def link_del(self, link):
@@ -602,9 +615,10 @@ class RtNetlink:
             raise self._error(e, f"adding address {text} to {lname}", {
                 _errno.EEXIST: f"address {text} already on {lname} in netns {self.label}"}, text) from None
 
-    def addr_list(self, link=None, family=0):
-        """Addresses of one link (or all), of one family (or both)."""
-        index = self._index(link)[0] if link is not None else 0
+    def addr_list(self, link=None, family=0, index=None):
+        """Addresses of one link (or all), of one family (or both). ``index=N`` is ``link=N``."""
+        if index is None:
+            index = self._index(link)[0] if link is not None else 0
         replies = self._dump(RTM_GETADDR, _IFADDR.pack(family, 0, 0, 0, 0), "addresses")
         addrs = [decode_addr(p) for p in replies]
         return [a for a in addrs if a.index == index] if index else addrs
@@ -639,7 +653,7 @@ class RtNetlink:
         NOWHERE and protocol 0 match any, as `ip route del` does. NotFound (ESRCH) when none matches."""
         if isinstance(dst, Route):
             r = dst
-            dst, gateway, oif, table, priority = (r.family, r.dst, r.dst_len), r.gateway, r.oif, r.table, r.priority
+            dst, gateway, oif, table, priority = r.prefix, r.gw_packed, r.oif, r.table, r.priority
         self._route(0, "deleting", dst, gateway, oif, scope, protocol, table, priority, None, None, None,
                     kind=RTM_DELROUTE, rtype=0)
 
