@@ -207,13 +207,13 @@ def link_select(link):
     return ifinfomsg() + attr_str(IFLA_IFNAME, link)
 
 
-def veth_payload(name, peer, peer_netns_fd=None, mtu=None, up=False, peer_up=False):
+def veth_payload(name, peer, peer_netns_fd=None, mtu=None, up=False):
     """RTM_NEWLINK payload for a veth pair. The peer's own ifinfomsg and attributes go inside
     IFLA_LINKINFO / IFLA_INFO_DATA / VETH_INFO_PEER; with IFLA_NET_NS_FD there, the kernel creates the
     peer directly in that netns: moving a device afterwards would cost ~15 ms more. No IFLA_TXQLEN is
-    sent, so both ends get the kernel default (Go <= v1.5 sent 0). ``up`` sets IFF_UP in the same request."""
-    peer_attrs = ifinfomsg(flags=IFF_UP if peer_up else 0, change=IFF_UP if peer_up else 0) \
-        + attr_str(IFLA_IFNAME, peer)
+    sent, so both ends get the kernel default (Go <= v1.5 sent 0). ``up`` sets the first end up in the same
+    request; the peer cannot be (the kernel opens it before its partner exists: ENOTCONN)."""
+    peer_attrs = ifinfomsg() + attr_str(IFLA_IFNAME, peer)
     if mtu:
         peer_attrs += attr_u32(IFLA_MTU, mtu)
     if peer_netns_fd is not None:
@@ -582,14 +582,14 @@ class RtNetlink:
             raise self._error(e, f"deleting link {shown}", {
                 _errno.ENODEV: f"link {shown} not found in netns {self.label}"}, link) from None
 
-    def veth_add(self, name, peer, peer_netns=None, mtu=None, up=False, peer_up=False, peer_label=None):
+    def veth_add(self, name, peer, peer_netns=None, mtu=None, up=False, peer_label=None):
         """Create veth ``name`` here with its peer ``peer`` created directly in ``peer_netns`` (a NetNS,
         an fd, or None for this netns). Exists (with ``subject`` = the clashing name) when a name is taken."""
         fd = peer_netns if peer_netns is None or isinstance(peer_netns, int) else peer_netns.fd
         if peer_label is None:
             peer_label = getattr(peer_netns, "path", None) or (self.label if peer_netns is None else f"fd {fd}")
         try:
-            self._ack(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, veth_payload(name, peer, fd, mtu, up, peer_up))
+            self._ack(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, veth_payload(name, peer, fd, mtu, up))
         except _KernelError as e:
             if e.err != _errno.EEXIST:
                 raise self._error(e, f"creating veth {name!r} (peer {peer!r} in netns {peer_label})") from None

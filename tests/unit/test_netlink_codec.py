@@ -173,7 +173,7 @@ def test_veth_payload_minimal_and_up():
     assert struct.unpack_from("=BxHiII", data) == (0, 0, 0, nl.IFF_UP, nl.IFF_UP)
     info = dict(walk(dict(walk(data[16:]))[nl.IFLA_LINKINFO]))
     peer_msg = dict(walk(info[nl.IFLA_INFO_DATA]))[nl.VETH_INFO_PEER]
-    assert struct.unpack_from("=BxHiII", peer_msg) == (0, 0, 0, 0, 0)    # peer stays down
+    assert struct.unpack_from("=BxHiII", peer_msg) == (0, 0, 0, 0, 0)    # the peer cannot be set up here
     assert walk(peer_msg[16:]) == [(nl.IFLA_IFNAME, b"b\0")]               # no MTU, no netns
 
 
