@@ -466,11 +466,17 @@ class RtNetlink:
         """Send one request; return (reply payloads, dump-interrupted). NLMSG_ERROR -> _KernelError."""
         self._seq += 1
         seq = self._seq
-        self._sock.send(message(kind, flags | NLM_F_REQUEST, seq, payload))
+        try:
+            self._sock.send(message(kind, flags | NLM_F_REQUEST, seq, payload))
+        except OSError as e:
+            raise CNIError(INTERNAL, f"cannot send a netlink request in netns {self.label}: {_reason(e.errno)}") from None
         replies, intr = [], False
         buf = self._buf
         while True:
-            n = self._sock.recv_into(buf, len(buf), _socket.MSG_TRUNC)
+            try:
+                n = self._sock.recv_into(buf, len(buf), _socket.MSG_TRUNC)
+            except OSError as e:
+                raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {_reason(e.errno)}") from None
             if n > len(buf):
                 raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
             for rkind, rflags, rseq, body in split_messages(bytes(buf[:n])):

@@ -291,3 +291,103 @@ def test_route_payload_round_trips_through_decode(prefix):
     r = nl.decode_route(nl.route_payload(prefix, table=300, priority=5))
     assert (r.family, r.dst_len, r.table, r.priority, r.protocol) == (fam, plen, 300, 5, nl.RTPROT_BOOT)
     assert r.dst_packed == (packed if plen else b"\0" * len(packed))
+
+# -- the request/reply loop, against a scripted fake socket ------------------------------------------
+
+
+class FakeSocket:
+    """Records what is sent; answers each recv_into with the next scripted datagram (a function of the
+    last request's sequence number)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.sent = []
+
+    def send(self, data):
+        self.sent.append(data)
+        return len(data)
+
+    def recv_into(self, buf, nbytes, flags=0):
+        seq = struct.unpack_from("=IHHII", self.sent[-1])[3]
+        data = self.script.pop(0)(seq)
+        buf[:len(data)] = data
+        return len(data)
+
+    def close(self):
+        pass
+
+
+def client(script):
+    c = object.__new__(nl.RtNetlink)
+    c.label, c._sock, c._seq, c._buf = "/run/netns/fake", FakeSocket(script), 0, bytearray(65536)
+    return c
+
+
+def msg(kind, flags, seq, payload):
+    return struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 4242) + payload + b"\0" * (-len(payload) % 4)
+
+
+def link_msg(seq, index, name, flags=nl.NLM_F_MULTI):
+    return msg(nl.RTM_NEWLINK, flags, seq, struct.pack("=BxHiII", 0, 1, index, 0, 0) + rtattr(3, name.encode() + b"\0"))
+
+
+def done(seq, flags=nl.NLM_F_MULTI):
+    return msg(nl.NLMSG_DONE, flags, seq, struct.pack("=i", 0))
+
+
+def error(seq, err, text=b""):
+    flags = nl.NLM_F_CAPPED | (nl.NLM_F_ACK_TLVS if text else 0)
+    body = struct.pack("=i", -err) + struct.pack("=IHHII", 32, 0, 0, seq, 0)
+    if text:
+        body += rtattr(nl.NLMSGERR_ATTR_MSG, text + b"\0")
+    return msg(nl.NLMSG_ERROR, flags, seq, body)
+
+
+def test_dump_spanning_datagrams_and_ignoring_stale_replies():
+    c = client([lambda s: link_msg(s - 1, 9, "stale") + link_msg(s, 1, "lo"),
+                lambda s: link_msg(s, 2, "eth0") + done(s)])
+    assert [link.name for link in c.link_list()] == ["lo", "eth0"]
+    sent = c._sock.sent[0]
+    assert struct.unpack_from("=IHHII", sent)[1:4] == (nl.RTM_GETLINK, nl.NLM_F_REQUEST | nl.NLM_F_DUMP, 1)
+
+
+def test_interrupted_dump_is_retried():
+    c = client([lambda s: link_msg(s, 1, "lo", nl.NLM_F_MULTI | nl.NLM_F_DUMP_INTR) + done(s),
+                lambda s: link_msg(s, 1, "lo") + link_msg(s, 2, "eth0") + done(s)])
+    assert [link.name for link in c.link_list()] == ["lo", "eth0"]
+    assert len(c._sock.sent) == 2
+
+
+def test_dump_interrupted_every_time_is_try_again():
+    c = client([lambda s: done(s, nl.NLM_F_MULTI | nl.NLM_F_DUMP_INTR)] * 10)
+    with pytest.raises(nl.CNIError) as e:
+        c.link_list()
+    assert e.value.code == 11 and "interrupted" in e.value.msg
+
+
+def test_error_reply_becomes_typed_error_with_kernel_text():
+    c = client([lambda s: error(s, 19)])
+    with pytest.raises(nl.NotFound) as e:
+        c.link_get("eth9")
+    assert e.value.msg == 'link "eth9" not found in netns /run/netns/fake' and e.value.errno == 19
+    c = client([lambda s: error(s, 22, b"Invalid prefix for given prefix length")])
+    with pytest.raises(nl.NetlinkError) as e:
+        c.route_add("10.1.1.5/16", oif=3)
+    assert e.value.msg == "adding route 10.1.1.5/16 dev link #3 in netns /run/netns/fake: invalid argument (EINVAL)"
+    assert e.value.details == "kernel: Invalid prefix for given prefix length"
+    assert not isinstance(e.value, (nl.NotFound, nl.Exists))
+
+
+def test_ack_request_sets_ack_flag_and_waits_for_it():
+    c = client([lambda s: error(s, 0)])
+    c.link_set_up(3)
+    kind, flags = struct.unpack_from("=IHHII", c._sock.sent[0])[1:3]
+    assert (kind, flags) == (nl.RTM_SETLINK, nl.NLM_F_REQUEST | nl.NLM_F_ACK)
+    assert struct.unpack_from("=BxHiII", c._sock.sent[0], 16) == (0, 0, 3, nl.IFF_UP, nl.IFF_UP)
+
+
+def test_done_carrying_an_error():
+    c = client([lambda s: msg(nl.NLMSG_DONE, nl.NLM_F_MULTI, s, struct.pack("=i", -95))])
+    with pytest.raises(nl.NetlinkError) as e:
+        c.route_list()
+    assert e.value.errno == 95 and e.value.msg.startswith("listing routes in netns /run/netns/fake")
