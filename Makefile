@@ -1,0 +1,76 @@
+# skb-cni: build, install and package the frozen plugin suite.
+#
+#   make deps       system packages (apt) and the .venv build/test environment
+#   make build      dist/bin/: launchers + .skb bundle, ready to install
+#   make install    into $(CNI_BIN_DIR) (default /opt/cni/bin), atomically; also: make install CNI_BIN_DIR=/x
+#   make dist       dist/skb-cni-linux-amd64-v$(VERSION).tgz (extract into /opt/cni/bin = install)
+#   make test       bash tests/run (builds, installs to a temp dir, runs pytest in a sandbox netns)
+#   make bench      bench/loopback.py inside tests/sandbox: ours vs the Go reference plugins
+#   make clean
+#
+# A fresh Debian 12 clone needs no prior step: install depends on build, build on deps.
+
+SHELL       := /bin/bash
+PYTHON      := /usr/bin/python3# Debian's interpreter: never a version-manager shim on PATH
+VENV        := .venv
+CNI_BIN_DIR ?= /opt/cni/bin
+VERSION     := $(shell sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml)
+TARBALL     := dist/skb-cni-linux-amd64-v$(VERSION).tgz
+WORK        := build/work
+
+# apt packages the build and the tests need (musl-gcc is a wrapper: it needs gcc too)
+APT_PKGS    := python3-venv libpython3.11 gcc musl-tools binutils iproute2 util-linux \
+               containernetworking-plugins iptables nftables
+CC_STATIC   := $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc || echo gcc)
+
+SOURCES     := $(shell find skb plugins -name '*.py' 2>/dev/null) pyproject.toml
+DEPS_STAMP  := $(VENV)/.skb-deps
+
+.PHONY: deps build install dist test bench clean
+
+deps: $(DEPS_STAMP)
+
+# Re-run when pyproject.toml changes. apt-get update runs once, and only when a package is missing.
+$(DEPS_STAMP): pyproject.toml
+	@missing=$$(for p in $(APT_PKGS); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: apt-get install $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[test,build]'
+	touch $@
+
+build: dist/bin/.skb
+
+# The .skb link is the last thing `stage` writes: its timestamp stands for the whole tree.
+dist/bin/.skb: $(WORK)/dist/skb-cni/skb-cni $(WORK)/launcher build/bundle.py
+	$(PYTHON) build/bundle.py stage --pyi $(WORK)/dist/skb-cni --launcher $(WORK)/launcher --out dist/bin
+
+$(WORK)/dist/skb-cni/skb-cni: $(DEPS_STAMP) build/skb-cni.spec build/entry.py $(SOURCES)
+	$(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
+	    --distpath $(WORK)/dist --workpath $(WORK)/pyi build/skb-cni.spec
+
+# Static, so the launcher needs nothing from the node. musl keeps it ~30 KB; glibc's -static is the fallback.
+$(WORK)/launcher: build/launcher.c | $(DEPS_STAMP)
+	@mkdir -p $(WORK)
+	$(CC_STATIC) -static -Os -s -Wall -Wextra -o $@ $<
+
+install: build
+	$(PYTHON) build/bundle.py install dist/bin $(CNI_BIN_DIR)
+
+dist: $(TARBALL)
+
+$(TARBALL): dist/bin/.skb
+	$(PYTHON) build/bundle.py dist dist/bin $@
+
+test: deps
+	bash tests/run
+
+# Plugins run against namespaces: only inside the sandbox (new netns, private /run and /var/lib/cni).
+bench: build
+	tests/sandbox $(PYTHON) bench/loopback.py --bin-dir dist/bin
+
+clean:
+	rm -rf dist $(WORK)

@@ -1,0 +1,417 @@
+"""Lay out, install and package the frozen skb-cni suite. Standard library only: runs on /usr/bin/python3.
+
+    bundle.py stage   --pyi DIR --launcher FILE --out DIR   PyInstaller output -> a ready-to-install bin dir
+    bundle.py install SRC DEST                              atomic, idempotent install of a staged bin dir
+    bundle.py dist    SRC TARBALL                           the release tarball of a staged bin dir
+
+A staged (and installed) bin dir::
+
+    loopback, skb, ...        the static launcher, one copy per applet of skb/applets.py
+    .skb -> .skb-<version>-<hash>
+    .skb-<version>-<hash>/
+        skb-cni               PyInstaller bootloader + PKG archive (the Python code, in one PYZ)
+        _internal/            libpython, base_library.zip, extension modules and their libraries
+        lib/                  what PyInstaller leaves to the host: the loader and glibc, plus any other
+                              library NEEDED by a bundled ELF that the bundle lacks
+        MANIFEST              sha256, mode and path of every file, checked before a dir is reused
+
+<hash> is a digest of the bundle's content, so the same build installs under the same name (a no-op
+reinstall) and any change gets a new dir beside the running one.
+"""
+import argparse
+import ast
+import fcntl
+import gzip
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINK = ".skb"
+LOADER = "ld-linux-x86-64.so.2"
+BUNDLE_RE = re.compile(r"^\.skb-\d[^/]*-[0-9a-f]{12}$")
+TMP_PREFIX = ".skb-tmp."  # every temporary name an install makes starts with this
+ELF_MAGIC = b"\x7fELF"
+
+
+def die(msg):
+    sys.stderr.write(f"bundle.py: {msg}\n")
+    sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------------- stage
+
+def project_version():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def applet_names():
+    """The keys of APPLETS in skb/applets.py, read without importing it."""
+    path = os.path.join(ROOT, "skb", "applets.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "APPLETS" for t in node.targets):
+            return sorted(ast.literal_eval(node.value))
+    die(f"no APPLETS dict in {path}")
+
+
+def is_elf(path):
+    with open(path, "rb") as f:
+        return f.read(4) == ELF_MAGIC
+
+
+def elf_files(top):
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path) and is_elf(path):
+                yield path
+
+
+def elf_interpreter(path):
+    out = subprocess.run(["readelf", "-l", "-W", path], check=True, capture_output=True, text=True).stdout
+    m = re.search(r"\[Requesting program interpreter: ([^\]]+)\]", out)
+    return m.group(1) if m else None
+
+
+def ldd(path):
+    """{soname: resolved path} of everything ``path`` loads (transitively), as the build host resolves it."""
+    proc = subprocess.run(["ldd", path], capture_output=True, text=True)
+    if proc.returncode != 0 and "not a dynamic executable" in proc.stdout + proc.stderr:
+        return {}
+    deps = {}
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        m = re.match(r"^(\S+) => (\S+) \(0x[0-9a-f]+\)$", line)
+        if m:
+            deps[m.group(1)] = m.group(2)
+        elif "=> not found" in line:
+            die(f"{path} needs {line.split()[0]}, which this build host does not have")
+    return deps
+
+
+def add_host_libraries(bundle):
+    """Copy into <bundle>/lib the loader and every library a bundled ELF needs that PyInstaller did not
+    collect: glibc (libc, libm, libpthread/libdl/librt stubs ...) and whatever else ldd finds. Computed,
+    not listed, so a new extension module with a new dependency is covered."""
+    lib = os.path.join(bundle, "lib")
+    os.makedirs(lib, exist_ok=True)
+    have = {name for _, _, files in os.walk(bundle) for name in files}
+    program = os.path.join(bundle, "skb-cni")
+    interp = elf_interpreter(program)
+    if not interp or os.path.basename(interp) != LOADER:
+        die(f"{program}: unexpected ELF interpreter {interp!r}, the launchers start {LOADER}")
+    needed = {LOADER: interp}
+    for path in elf_files(bundle):
+        for soname, resolved in ldd(path).items():
+            if soname not in have:
+                needed[soname] = resolved
+    for soname, resolved in sorted(needed.items()):
+        dst = os.path.join(lib, soname)
+        shutil.copyfile(resolved, dst)  # follows symlinks: libc.so.6 is one on some distros
+        os.chmod(dst, 0o755 if soname == LOADER else 0o644)
+        print(f"  lib/{soname:28} <- {os.path.realpath(resolved)}")
+    # Every ELF must now resolve within the bundle alone.
+    for path in elf_files(bundle):
+        for soname in ldd(path):
+            if not os.path.exists(os.path.join(lib, soname)) and soname not in have:
+                die(f"{path}: {soname} still missing from the bundle")
+
+
+def tree_files(top):
+    """(relative path, absolute path) of every file and symlink under top, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        for name in sorted(filenames) + sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d))):
+            path = os.path.join(dirpath, name)
+            out.append((os.path.relpath(path, top), path))
+    return sorted(out)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest_lines(top):
+    lines = []
+    for rel, path in tree_files(top):
+        if rel == "MANIFEST":
+            continue
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            lines.append(f"link {os.readlink(path)} {rel}")
+        else:
+            lines.append(f"{sha256_file(path)} {stat.S_IMODE(st.st_mode):o} {rel}")
+    return lines
+
+
+def stage(args):
+    version = project_version()
+    applets = applet_names()
+    out = os.path.abspath(args.out)
+    if os.path.lexists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    work = os.path.join(out, TMP_PREFIX + "stage")
+    shutil.copytree(args.pyi, work, symlinks=True)
+    print(f"stage: host libraries for {work}")
+    add_host_libraries(work)
+    lines = manifest_lines(work)
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+    with open(os.path.join(work, "MANIFEST"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    name = f".skb-{version}-{digest}"
+    os.rename(work, os.path.join(out, name))
+    os.symlink(name, os.path.join(out, LINK))
+    for applet in applets:
+        dst = os.path.join(out, applet)
+        shutil.copyfile(args.launcher, dst)
+        os.chmod(dst, 0o755)
+    size = sum(os.lstat(p).st_size for _, p in tree_files(os.path.join(out, name)))
+    print(f"stage: {out}: {name} ({size / 1e6:.1f} MB), launchers: {' '.join(applets)} "
+          f"({os.path.getsize(args.launcher)} bytes each)")
+
+
+# --------------------------------------------------------------------------------------------- install
+
+def staged_bundle(src):
+    link = os.path.join(src, LINK)
+    if not os.path.islink(link) or not BUNDLE_RE.match(os.readlink(link)):
+        die(f"{src} is not a staged bin dir ({link} should link to .skb-<version>-<hash>): run make build")
+    return os.readlink(link)
+
+
+def launchers(src):
+    return sorted(n for n in os.listdir(src) if not n.startswith(".") and os.path.isfile(os.path.join(src, n)))
+
+
+def verify(bundle_dir):
+    """True when bundle_dir holds exactly what its MANIFEST lists (a tar extraction may have been cut)."""
+    try:
+        with open(os.path.join(bundle_dir, "MANIFEST")) as f:
+            want = f.read().splitlines()
+    except OSError:
+        return False
+    return want == manifest_lines(bundle_dir)
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_tree_durably(src, dst):
+    shutil.copytree(src, dst, symlinks=True)
+    for _, path in tree_files(dst):
+        if not os.path.islink(path):
+            fsync_path(path)
+    for dirpath, _, _ in os.walk(dst):
+        fsync_path(dirpath)
+
+
+def replace_file(src, dest_dir, name):
+    """Put a copy of src at dest_dir/name by rename(2): a runtime sees the old file or the new one."""
+    tmp = os.path.join(dest_dir, f"{TMP_PREFIX}{os.getpid()}.{name}")
+    shutil.copyfile(src, tmp)
+    os.chmod(tmp, 0o755)
+    fsync_path(tmp)
+    os.rename(tmp, os.path.join(dest_dir, name))
+
+
+def remove_dir(dest, name):
+    """Rename away first, so a crash never leaves a half-deleted dir under a bundle's name."""
+    trash = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.trash-{name.lstrip('.')}")
+    os.rename(os.path.join(dest, name), trash)
+    shutil.rmtree(trash)
+
+
+def mapped_by_someone(path):
+    """True when a process (that we can see) has a file of ``path`` mapped: a plugin still running from it."""
+    prefix = path.rstrip("/") + "/"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                if prefix in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def install(args):
+    src, dest = os.path.abspath(args.src), os.path.abspath(args.dest)
+    name = staged_bundle(src)
+    os.makedirs(dest, exist_ok=True)
+    # One install at a time per bin dir: flock on the directory itself, so no lock file is left behind.
+    dfd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(dfd, fcntl.LOCK_EX)
+    try:
+        # Leftovers of an install that crashed (we hold the lock: nobody else is using them).
+        for entry in os.listdir(dest):
+            if entry.startswith(TMP_PREFIX):
+                path = os.path.join(dest, entry)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+
+        # 1. The bundle, under its versioned name, made complete before it gets that name.
+        final = os.path.join(dest, name)
+        if os.path.isdir(final) and verify(final):
+            print(f"install: {final} already installed")
+        else:
+            if os.path.lexists(final):
+                remove_dir(dest, name)  # incomplete or altered: replace it
+            tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.{name.lstrip('.')}")
+            copy_tree_durably(os.path.join(src, name), tmp)
+            if not verify(tmp):
+                die(f"{tmp}: copy does not match its MANIFEST")
+            os.rename(tmp, final)
+            print(f"install: {final}")
+
+        # 2. Point .skb at it: a new symlink renamed over the old one is atomic.
+        link = os.path.join(dest, LINK)
+        if os.path.islink(link) and os.readlink(link) == name:
+            pass
+        else:
+            if os.path.isdir(link) and not os.path.islink(link):
+                os.rename(link, os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.olddir"))
+            tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.link")
+            os.symlink(name, tmp)  # relative: the bin dir stays relocatable
+            os.rename(tmp, link)
+            print(f"install: {link} -> {name}")
+
+        # 3. The launchers, after the bundle they start (a new applet never appears before its code).
+        for applet in launchers(src):
+            path = os.path.join(dest, applet)
+            new = os.path.join(src, applet)
+            if os.path.isfile(path) and not os.path.islink(path) and _same_bytes(path, new) \
+                    and os.access(path, os.X_OK):
+                continue
+            replace_file(new, dest, applet)
+            print(f"install: {path}")
+        os.fsync(dfd)
+
+        # 4. Older bundles, once no running plugin maps them (wait a little: a call lasts milliseconds).
+        for entry in sorted(os.listdir(dest)):
+            path = os.path.join(dest, entry)
+            if entry == name or not BUNDLE_RE.match(entry) or os.path.islink(path) or not os.path.isdir(path):
+                continue
+            deadline = time.monotonic() + 5
+            while mapped_by_someone(path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            remove_dir(dest, entry)
+            print(f"install: removed {path}")
+        for entry in os.listdir(dest):
+            if entry.startswith(TMP_PREFIX):
+                remove_path = os.path.join(dest, entry)
+                shutil.rmtree(remove_path) if os.path.isdir(remove_path) else os.unlink(remove_path)
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _same_bytes(a, b):
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+# ------------------------------------------------------------------------------------------------ dist
+
+def source_date_epoch():
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%ct"], capture_output=True, text=True)
+        return int(out.stdout.strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def dist(args):
+    """The tarball holds the bin dir exactly as installed: extracting it into /opt/cni/bin is an install.
+    Entries are ordered bundle, link, launchers, so an extraction creates launchers last."""
+    src = os.path.abspath(args.src)
+    name = staged_bundle(src)
+    mtime = source_date_epoch()
+    entries = [(os.path.join(name, rel), path) for rel, path in tree_files(os.path.join(src, name))]
+    dirs = sorted({os.path.dirname(rel) for rel, _ in entries} - {""})
+    dirs = sorted({d for rel in dirs for d in _parents(rel)})
+    out = os.path.abspath(args.tarball)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = out + ".tmp"
+
+    def info(arcname, path):
+        ti = tarfile.TarInfo("./" + arcname)
+        st = os.lstat(path)
+        ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = mtime, 0, 0, "root", "root"
+        if stat.S_ISLNK(st.st_mode):
+            ti.type, ti.linkname, ti.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+        elif stat.S_ISDIR(st.st_mode):
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+        else:
+            ti.size, ti.mode = st.st_size, stat.S_IMODE(st.st_mode)
+        return ti
+
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=mtime) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for d in dirs:
+            tar.addfile(info(d, os.path.join(src, d)))
+        for arcname, path in entries:
+            ti = info(arcname, path)
+            if ti.isreg():
+                with open(path, "rb") as f:
+                    tar.addfile(ti, f)
+            else:
+                tar.addfile(ti)
+        tar.addfile(info(LINK, os.path.join(src, LINK)))
+        for applet in launchers(src):
+            with open(os.path.join(src, applet), "rb") as f:
+                tar.addfile(info(applet, os.path.join(src, applet)), f)
+    os.rename(tmp, out)
+    print(f"dist: {out} ({os.path.getsize(out) / 1e6:.1f} MB)")
+
+
+def _parents(rel):
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="bundle.py", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("stage", help="PyInstaller output -> ready-to-install bin dir")
+    s.add_argument("--pyi", required=True, help="the PyInstaller onedir output (dir holding skb-cni)")
+    s.add_argument("--launcher", required=True, help="the compiled static launcher")
+    s.add_argument("--out", required=True, help="bin dir to create (replaced if present)")
+    i = sub.add_parser("install", help="install a staged bin dir into DEST")
+    i.add_argument("src")
+    i.add_argument("dest")
+    d = sub.add_parser("dist", help="release tarball of a staged bin dir")
+    d.add_argument("src")
+    d.add_argument("tarball")
+    args = p.parse_args(argv)
+    {"stage": stage, "install": install, "dist": dist}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

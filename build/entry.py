@@ -1,0 +1,31 @@
+"""Entry script of the frozen bundle: ``skb-cni <applet> [args...]``, started by the launchers.
+
+Kept to what every call needs: the launcher's bootloader variables are removed so that the processes a
+plugin starts (IPAM plugins, ``ip``) inherit the environment exactly as the runtime passed it, then the
+applet dispatcher runs, then the process ends with ``os._exit`` once stdout and stderr are flushed:
+interpreter finalization (module teardown, a last GC) only costs time in a process that ends anyway.
+``os`` and ``sys`` are already loaded by PyInstaller's bootstrap: no import cost here.
+"""
+import os
+import sys
+
+for _name in ("_PYI_ARCHIVE_FILE", "_PYI_PARENT_PROCESS_LEVEL", "_PYI_LINUX_PROCESS_NAME"):
+    os.environ.pop(_name, None)
+
+from skb.applets import main  # noqa: E402  (after the environment is cleaned)
+
+try:
+    _code = main(sys.argv)
+except SystemExit as e:  # argparse --help and friends
+    _code = e.code
+if _code is None:
+    _code = 0
+elif not isinstance(_code, int):  # sys.exit("message") semantics
+    sys.stderr.write(f"{_code}\n")
+    _code = 1
+try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+except Exception:  # a closed or full pipe: the runtime will see the exit code
+    _code = _code or 1
+os._exit(_code & 0xFF)

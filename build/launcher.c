@@ -1,0 +1,180 @@
+/*
+ * skb-cni launcher: the file a runtime executes as /opt/cni/bin/<applet>.
+ *
+ * One copy is installed per applet name (loopback, ptp, host-local, debug, skb). It is a tiny static
+ * binary, so it needs nothing from the node: no libc, no loader, no Python. Its whole job is one execve:
+ *
+ *   <bundle>/lib/ld-linux-x86-64.so.2 --library-path <bundle>/lib:<bundle>/_internal --inhibit-cache
+ *       --argv0 <bundle>/skb-cni <bundle>/skb-cni <applet> [args...]
+ *
+ * where <bundle> is realpath(<own dir>/.skb) and <applet> is the launcher's own basename.
+ *
+ * Why each piece:
+ * - The bundle ships its own glibc and loader (copied from the build host), and we start the PyInstaller
+ *   bootloader through that loader rather than through the ELF interpreter path baked into it
+ *   (/lib64/ld-linux-x86-64.so.2, i.e. the node's). So the node's glibc version does not matter.
+ * - --library-path is the loader's own search path; it replaces LD_LIBRARY_PATH for this process, so the
+ *   runtime's (containerd passes LD_LIBRARY_PATH=<opt>/lib:) cannot make us load a foreign libc.
+ *   The variable itself is left untouched and reaches the plugin's children as the runtime set it.
+ * - --inhibit-cache: never consult the node's /etc/ld.so.cache; everything we need is in the bundle.
+ * - The bootloader finds its _internal dir from argv[0] when /proc/self/exe is the loader, so argv[0]
+ *   must be the bundle executable's real path (--argv0 makes that explicit).
+ * - A PyInstaller 6 onedir bootloader on Linux normally sets LD_LIBRARY_PATH and re-executes itself
+ *   (one more exec + dynamic link per call, and it drops our --library-path). It skips that when it
+ *   believes it is already the restarted process: _PYI_ARCHIVE_FILE equal to its own (realpath'd)
+ *   executable and _PYI_PARENT_PROCESS_LEVEL=0. We set both. _PYI_LINUX_PROCESS_NAME makes the
+ *   bootloader prctl(PR_SET_NAME) the applet name, so ps/top show "loopback" rather than "ld-linux-x86-64".
+ * - The bundle path is resolved once (realpath of the .skb symlink) and used for the loader, the
+ *   libraries and the program alike: an install that swaps .skb while we start cannot mix two versions.
+ *
+ * Errors (bundle missing, exec failed) are printed as a CNI error object on stdout, exit 1: the runtime
+ * shows that message to the operator instead of a bare "exit status 127".
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BUNDLE_LINK ".skb"
+#define LOADER "lib/ld-linux-x86-64.so.2"
+#define PROGRAM "skb-cni"
+
+/* A small append-only buffer: no stdio, so the static binary stays small. */
+struct buf {
+    char s[3 * PATH_MAX];
+    size_t n;
+};
+
+static void put(struct buf *b, const char *s)
+{
+    while (*s && b->n < sizeof(b->s) - 1)
+        b->s[b->n++] = *s++;
+    b->s[b->n] = 0;
+}
+
+/* Append s as the inside of a JSON string. */
+static void put_json(struct buf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    char esc[7];
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\', esc[1] = (char)c, esc[2] = 0;
+            put(b, esc);
+        } else if (c < 0x20) {
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4], esc[5] = hex[c & 15], esc[6] = 0;
+            put(b, esc);
+        } else {
+            esc[0] = (char)c, esc[1] = 0;
+            put(b, esc);
+        }
+    }
+}
+
+/* Print {"code":999,"msg":"<what><path>","details":"<detail>"} on stdout and return 1. */
+static int fail(const char *what, const char *path, const char *detail)
+{
+    struct buf b = {.n = 0};
+    put(&b, "{\"code\":999,\"msg\":\"");
+    put_json(&b, what);
+    put_json(&b, path);
+    put(&b, "\",\"details\":\"");
+    put_json(&b, detail);
+    put(&b, "\"}\n");
+    for (size_t off = 0; off < b.n;) {
+        ssize_t w = write(1, b.s + off, b.n - off);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    return 1;
+}
+
+/* Append the NULL-terminated strings to dst (which holds a string); false when they do not fit. */
+static int cat(char *dst, size_t size, ...)
+{
+    size_t n = strlen(dst);
+    const char *s;
+    va_list ap;
+    va_start(ap, size);
+    while ((s = va_arg(ap, const char *))) {
+        size_t l = strlen(s);
+        if (n + l + 1 > size) {
+            va_end(ap);
+            return 0;
+        }
+        memcpy(dst + n, s, l + 1);
+        n += l;
+    }
+    va_end(ap);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    char self[PATH_MAX], link[PATH_MAX] = "", bundle[PATH_MAX];
+    char loader[PATH_MAX] = "", libpath[2 * PATH_MAX + 16] = "", program[PATH_MAX] = "";
+    const char *applet;
+    char *slash;
+    ssize_t n;
+
+    /* Our own path: /proc/self/exe names the hard link or copy that was executed. Without /proc (a bare
+     * chroot), fall back to argv[0], which runtimes always pass as an absolute path. */
+    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = 0;
+        /* An install may rename a new launcher over this one while we start: the link then reads
+         * "<path> (deleted)". The name is still ours; the bundle is found by path, so drop the suffix. */
+        if (n > 10 && strcmp(self + n - 10, " (deleted)") == 0)
+            self[n - 10] = 0;
+    } else if (argc > 0 && strchr(argv[0], '/') && realpath(argv[0], self)) {
+        /* resolved from argv[0] */
+    } else {
+        return fail("skb-cni launcher cannot find its own path", "",
+                    "mount /proc or run the launcher by its absolute path");
+    }
+    slash = strrchr(self, '/');
+    applet = slash + 1;
+    *slash = 0; /* self is now our directory */
+
+    if (!cat(link, sizeof(link), self, "/" BUNDLE_LINK, NULL) || !realpath(link, bundle))
+        return fail("skb-cni bundle missing: ", link, "reinstall with make install");
+    if (!cat(loader, sizeof(loader), bundle, "/" LOADER, NULL) || !cat(program, sizeof(program), bundle, "/" PROGRAM, NULL) ||
+        !cat(libpath, sizeof(libpath), bundle, "/lib:", bundle, "/_internal", NULL))
+        return fail("skb-cni bundle path too long: ", bundle, "install into a shorter directory");
+    if (access(loader, X_OK) != 0)
+        return fail("skb-cni bundle missing: ", loader, "reinstall with make install");
+    if (access(program, R_OK) != 0)
+        return fail("skb-cni bundle missing: ", program, "reinstall with make install");
+
+    if (setenv("_PYI_ARCHIVE_FILE", program, 1) || setenv("_PYI_PARENT_PROCESS_LEVEL", "0", 1) ||
+        setenv("_PYI_LINUX_PROCESS_NAME", applet, 1))
+        return fail("skb-cni launcher: out of memory", "", "");
+
+    /* loader + 7 fixed arguments + applet + the caller's arguments + NULL */
+    char **args = calloc((size_t)argc + 10, sizeof(char *));
+    if (!args)
+        return fail("skb-cni launcher: out of memory", "", "");
+    int i = 0;
+    args[i++] = loader;
+    args[i++] = "--library-path";
+    args[i++] = libpath;
+    args[i++] = "--inhibit-cache";
+    args[i++] = "--argv0";
+    args[i++] = program;
+    args[i++] = program;
+    args[i++] = (char *)applet;
+    for (int j = 1; j < argc; j++)
+        args[i++] = argv[j];
+    args[i] = NULL;
+
+    execv(loader, args);
+    char detail[256] = "";
+    cat(detail, sizeof(detail), "execve failed: ", strerror(errno), "; reinstall with make install", NULL);
+    return fail("skb-cni bundle cannot be started: ", loader, detail);
+}
