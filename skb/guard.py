@@ -33,11 +33,10 @@ def _ident(path):
 
 
 def protected(ns):
-    """The name of the protected namespace ``ns`` is ("the plugin's own", "PID 1's"), or None."""
-    mine = ns.ident()
-    if mine == _ident("/proc/thread-self/ns/net") or mine == _ident("/proc/self/ns/net"):
+    """Which protected namespace ``ns`` is (a phrase for messages), or None."""
+    if netns.is_own(ns):
         return "the plugin's own network namespace (the runtime's, normally the node's)"
-    if mine == _ident("/proc/1/ns/net"):
+    if ns.ident() == _ident("/proc/1/ns/net"):  # unreadable without CAP_SYS_PTRACE over PID 1: then skipped
         return "PID 1's network namespace (the node's)"
     return None
 

@@ -12,8 +12,9 @@ shape this module:
   netns of the thread that *opens* them, so: enter, open the socket or sysctl file, leave. A socket opened
   inside stays bound to that netns after leaving.
 - The plugin's own netns as ``CNI_NETNS`` (a stale ``/proc/<pid>/ns/net`` after PID reuse, a runtime bug)
-  would make the plugin reconfigure the node itself: ``check_not_own()`` refuses that *before* anything
-  changes (Go's skel only notices after the damage, §1 of reference-plugins.md).
+  would make the plugin reconfigure the node itself: ``is_own()`` recognises it by identity, and
+  ``skb.guard`` (the policy) refuses it *before* anything changes (Go's skel only notices after the
+  damage, §1 of reference-plugins.md).
 
 Only C modules are imported here: this module is loaded on every plugin call. ``_ctypes`` (for ``setns``
 on Python 3.11, which lacks ``os.setns``) is loaded on the first ``enter()``.
@@ -123,29 +124,6 @@ def is_own(ns):
         return ns.ident() == _origins[0]
     st = os.stat(_OWN_PATH)
     return ns.ident() == (st.st_dev, st.st_ino)
-
-
-def check_not_own(ns, command, override=False):
-    """The host-netns guard, called by a plugin before it changes anything in ``ns``.
-
-    Policy: when ``ns`` is the plugin's own netns and ``override`` is false,
-    - ADD, CHECK (and any command other than DEL) raise CNIError 8: acting there would reconfigure the
-      node itself (its lo, its routes), which a runtime never means to do;
-    - DEL returns False: the caller must change nothing inside ``ns`` and report success (there is nothing
-      of ours to remove there, and failing would only make the runtime retry forever).
-    Otherwise it returns True (go ahead). ``override`` is a bool or the raw ``CNI_NETNS_OVERRIDE`` value;
-    "1" and "true" (any case) mean the runtime really wants its own netns configured.
-    """
-    if isinstance(override, str):
-        override = override.strip().lower() in ("1", "true")
-    if override or not is_own(ns):
-        return True
-    if command == "DEL":
-        return False
-    raise CNIError(INVALID_NETNS, f'CNI_NETNS "{ns.path}" is the plugin\'s own network namespace',
-                   "refusing to configure the node's own network as if it were a container's. This happens "
-                   "when a runtime passes a stale /proc/<pid>/ns/net whose PID now belongs to a host process, "
-                   "or through a runtime bug. A runtime that really means it sets CNI_NETNS_OVERRIDE=1")
 
 
 def current_label():

@@ -296,36 +296,17 @@ def own_forms(bind_mount):
             f"/proc/{os.getpid()}/task/{os.getpid()}/ns/net", bind_mount("/proc/self/ns/net")]
 
 
-def test_guard_recognises_own_netns_by_every_path(bind_mount):
+def test_is_own_recognises_own_netns_by_every_path(bind_mount):
     for path in own_forms(bind_mount):
         with netns.NetNS.open(path) as ns:
             assert netns.is_own(ns), path
-            with pytest.raises(CNIError) as e:
-                netns.check_not_own(ns, "ADD")
-            assert e.value.code == 8
-            assert e.value.msg == f'CNI_NETNS "{path}" is the plugin\'s own network namespace'
-            assert "CNI_NETNS_OVERRIDE=1" in e.value.details and "stale /proc/<pid>/ns/net" in e.value.details
-            with pytest.raises(CNIError):
-                netns.check_not_own(ns, "CHECK")
-            assert netns.check_not_own(ns, "DEL") is False
 
 
-def test_guard_override():
-    with netns.NetNS.open("/proc/self/ns/net") as ns:
-        for value in (True, "1", "true", "TRUE", "True"):
-            assert netns.check_not_own(ns, "ADD", value) is True
-        for value in (False, "", "0", "false", "yes"):
-            with pytest.raises(CNIError):
-                netns.check_not_own(ns, "ADD", value)
-
-
-def test_guard_lets_other_netns_through(sleeper, bind_mount):
+def test_is_own_false_for_other_netns(sleeper, bind_mount):
     name, pid = sleeper
     for path in (f"/run/netns/{name}", f"/proc/{pid}/ns/net", bind_mount(f"/proc/{pid}/ns/net")):
         with netns.NetNS.open(path) as ns:
             assert not netns.is_own(ns)
-            assert netns.check_not_own(ns, "ADD") is True
-            assert netns.check_not_own(ns, "DEL") is True
 
 
 def test_guard_inside_enter_still_means_the_process_own(make_netns):

@@ -1,0 +1,77 @@
+"""The host-netns guard policy (skb.guard), over every path form of the plugin's own netns."""
+import os
+import subprocess
+
+import pytest
+
+from skb import guard
+from skb.env import CmdArgs
+from skb.errors import CNIError
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture
+def own_paths(tmp_path):
+    bind = "/run/netns/guard-own"
+    open(bind, "w").close()
+    subprocess.run(["mount", "--bind", "/proc/self/ns/net", bind], check=True)
+    yield ["/proc/self/ns/net", "/proc/thread-self/ns/net", f"/proc/{os.getpid()}/ns/net", bind]
+    subprocess.run(["umount", bind], check=False)
+    os.unlink(bind)
+
+
+def args(command, netns, override=False):
+    return CmdArgs(command, "c1", netns, "eth0", "", ["/x"], override)
+
+
+@pytest.mark.parametrize("command", ["ADD", "CHECK"])
+def test_add_check_refuse_own_netns(own_paths, command):
+    for path in own_paths:
+        with pytest.raises(CNIError) as ei:
+            guard.open_target(args(command, path))
+        e = ei.value
+        assert e.code == 8 and path in e.msg and f"refusing to {command}" in e.msg
+        assert "CNI_NETNS_OVERRIDE=1" in e.details
+
+
+def test_del_changes_nothing_in_own_netns(own_paths, capfd):
+    for path in own_paths:
+        assert guard.open_target(args("DEL", path)) is None
+    assert "changing nothing there" in capfd.readouterr().err
+
+
+def test_override(own_paths):
+    for path in own_paths:
+        ns = guard.open_target(args("ADD", path, override=True))
+        assert ns is not None
+        ns.close()
+
+
+def test_container_netns_allowed(make_netns):
+    name = make_netns()
+    for command in ("ADD", "CHECK", "DEL"):
+        ns = guard.open_target(args(command, f"/run/netns/{name}"))
+        assert ns is not None and ns.path == f"/run/netns/{name}"
+        ns.close()
+
+
+def test_del_ignores_proc_pid_paths_and_gone_netns(make_netns, tmp_path):
+    name = make_netns()
+    sleeper = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "30"])
+    try:
+        import time
+        for _ in range(100):  # wait until the sleeper has entered the netns
+            if os.stat(f"/proc/{sleeper.pid}/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino:
+                break
+            time.sleep(0.02)
+        path = f"/proc/{sleeper.pid}/ns/net"
+        assert guard.open_target(args("DEL", path)) is None          # may be another namespace after PID reuse
+        ns = guard.open_target(args("ADD", path))                   # ADD: the runtime just made it
+        ns.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    (tmp_path / "f").write_text("")
+    for gone in ("", "/run/netns/never", str(tmp_path / "f"), str(tmp_path)):
+        assert guard.open_target(args("DEL", gone)) is None, gone
