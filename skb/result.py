@@ -701,8 +701,8 @@ def parse_result(obj, version=None, where="result"):
 
 def parse_prev_result(conf_version, obj):
     """The ``prevResult`` of a configuration with cniVersion ``conf_version`` (Go's
-    ``version.ParsePrevResult``): a missing cniVersion is the configuration's, and the prevResult must be
-    in the configuration's version family. None (no prevResult) gives None."""
+    ``version.ParsePrevResult``): a missing (or "") cniVersion is the configuration's, and the prevResult
+    must be in the configuration's version family. None (no prevResult) gives None."""
     if obj is None:
         return None
     if conf_version is not None and not isinstance(conf_version, str):

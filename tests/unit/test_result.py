@@ -155,8 +155,9 @@ def test_round_trip_in_the_same_version(version):
 # conversion rules (cni-spec.md §3.5), from the §3.1 example down to every version
 
 SPEC_3_1_AS_04 = {
-    "interfaces": [{"name": "veth1", "mac": "aa:bb:cc:dd:ee:ff"},  # mtu lost
-                   {"name": "eth0", "mac": "11:22:33:44:55:66", "sandbox": "/var/run/netns/x"}],  # pciID, socketPath lost
+    # interface mtu, pciID and socketPath lost
+    "interfaces": [{"name": "veth1", "mac": "aa:bb:cc:dd:ee:ff"},
+                   {"name": "eth0", "mac": "11:22:33:44:55:66", "sandbox": "/var/run/netns/x"}],
     "ips": [{"version": "4", "interface": 1, "address": "10.1.0.5/16", "gateway": "10.1.0.1"},
             {"version": "6", "interface": 1, "address": "fd00::5/64", "gateway": "fd00::1"}],
     "routes": [{"dst": "0.0.0.0/0", "gw": "10.1.0.1", "mtu": 1300, "advmss": 1200, "priority": 10, "table": 100,
