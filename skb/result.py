@@ -38,8 +38,7 @@ from _socket import AF_INET, AF_INET6, inet_ntop, inet_pton
 
 from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INTERNAL, INVALID_CONFIG
 
-SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
-LATEST = SUPPORTED_VERSIONS[-1]
+from skb.config import LATEST, SUPPORTED_VERSIONS  # noqa: E402 (one list of versions for the suite)
 
 # Go's result packages: a result can be read only by its family's parser (cni-spec.md §3.4).
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",
