@@ -23,8 +23,9 @@ spec, Go or our strictness differ:
   naming the field. Go would accept most of them and misbehave later.
 * A 0.3/0.4 IP entry with no ``version`` (Go's own loopback writes those for 0.3.1) takes its family
   from the address, also when converting to 0.1/0.2 (Go would drop it there).
-* Writing 0.1.0/0.2.0 needs an IP address: otherwise code 999, msg ``cannot convert: no valid IP
-  addresses`` exactly as Go's plugins report it, with details naming the version. This check applies
+* Writing 0.1.0/0.2.0 needs an IP address: otherwise msg ``cannot convert: no valid IP addresses``
+  exactly as Go's plugins word it, with details naming the version, but code 1 (the config's version
+  cannot express the result) where Go says 999: every error we print carries a spec code. This check applies
   to every result written as 0.1/0.2 (Go skips it for a 0.2 result written back as 0.2, but our plugins
   always build 1.x results, as Go's do).
 * A 0.3.0 result's ``ip`` list (the 0.3.0 spec text's name) is ignored, as in Go.
@@ -36,7 +37,7 @@ Values are immutable and hashable; derive changed copies with ``replace(field=..
 """
 from _socket import AF_INET, AF_INET6, inet_ntop, inet_pton
 
-from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INTERNAL, INVALID_CONFIG
+from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
 
 from skb.config import LATEST, SUPPORTED_VERSIONS  # noqa: E402 (one list of versions for the suite)
 
@@ -528,7 +529,7 @@ class Result(_Value):
                 by_family[fam] = {"ip": ipc.address} if ipc.gateway is None else \
                     {"ip": ipc.address, "gateway": ipc.gateway}
         if not by_family:
-            raise CNIError(INTERNAL, "cannot convert: no valid IP addresses",
+            raise CNIError(INCOMPATIBLE_VERSION, "cannot convert: no valid IP addresses",
                            f"a CNI {version} result holds at least one IP address and this result has none; "
                            "use cniVersion 0.3.0 or later for a result without addresses")
         for route in self.routes:

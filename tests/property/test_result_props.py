@@ -140,7 +140,7 @@ def _check_error(e):
 
 
 def _is_no_ip_error(e, version):
-    return e.code == 999 and e.msg == "cannot convert: no valid IP addresses" and version in e.details
+    return e.code == 1 and e.msg == "cannot convert: no valid IP addresses" and version in e.details
 
 
 # ---------------------------------------------------------------------------------------------------

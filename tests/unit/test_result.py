@@ -254,10 +254,10 @@ def test_down_to_0_2_drops_routes_of_a_family_without_address(version):
     Result("1.1.0"),
     Result("0.4.0", interfaces=[Interface("eth0")], routes=[Route("0.0.0.0/0", gw="10.0.0.1")], dns=DNS(["1.1.1.1"])),
 ], ids=["empty", "routes-only"])
-def test_down_to_0_2_without_addresses_fails_like_go(version, result):
+def test_down_to_0_2_without_addresses_fails_with_go_message(version, result):
     with pytest.raises(CNIError) as e:
         result.to_dict(version)
-    assert e.value.code == 999
+    assert e.value.code == 1
     assert e.value.msg == "cannot convert: no valid IP addresses"
     assert version in e.value.details
 
