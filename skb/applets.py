@@ -8,6 +8,9 @@ import sys
 
 APPLETS = {
     "loopback": "skb_plugins.loopback.plugin",
+    "ptp": "skb_plugins.ptp.plugin",
+    "host-local": "skb_plugins.hostlocal_ipam.plugin",
+    "debug": "skb_plugins.debug.plugin",
     "skb": "skb.cli",
 }
 

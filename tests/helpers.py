@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 GO_BIN_DIR = "/usr/lib/cni"
-APPLETS = ("loopback", "skb")
+APPLETS = ("loopback", "ptp", "host-local", "debug", "skb")
 
 
 def in_sandbox():

@@ -1,0 +1,1 @@
+"""debug: records every call and injects behaviour for testing runtimes and chains."""

@@ -1,0 +1,1 @@
+"""host-local: IP address management from local ranges, with the Go plugin's on-disk store."""
