@@ -35,11 +35,10 @@ spec, Go or our strictness differ:
 
 Values are immutable and hashable; derive changed copies with ``replace(field=...)``.
 """
-from _socket import AF_INET, AF_INET6, inet_ntop, inet_pton
 
+from skb.addr import parse_text as _ip
+from skb.config import LATEST, SUPPORTED_VERSIONS  # one list of versions for the suite
 from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
-
-from skb.config import LATEST, SUPPORTED_VERSIONS  # noqa: E402 (one list of versions for the suite)
 
 # Go's result packages: a result can be read only by its family's parser (cni-spec.md §3.4).
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",
@@ -49,7 +48,6 @@ _SUPPORTED_TEXT = ", ".join(SUPPORTED_VERSIONS)
 
 _U32 = 0xFFFFFFFF
 _U8 = 0xFF
-_V4MAPPED = b"\0" * 10 + b"\xff\xff"
 _CIDR_EXAMPLE = '(expected e.g. "10.1.0.5/24" or "fd00::5/64")'
 _IP_EXAMPLE = '(expected e.g. "10.1.0.1" or "fd00::1")'
 
@@ -121,41 +119,6 @@ def _describe(v):
 
 def _wrong(path, expected, v, code):
     return CNIError(code, f"{path}: expected {expected}, found {_describe(v)}")
-
-
-def _fmt6(b):
-    """16 bytes as Go's ``net.IP.String`` writes IPv6: the longest run (first on ties) of two or more
-    zero groups becomes ``::``; hex in lower case without leading zeros. (glibc's inet_ntop differs: it
-    writes ``::1.2.3.4`` for IPv4-compatible addresses.)"""
-    words = [b[i] << 8 | b[i + 1] for i in range(0, 16, 2)]
-    start, length, i = -1, 1, 0
-    while i < 8:
-        if words[i]:
-            i += 1
-            continue
-        j = i
-        while j < 8 and not words[j]:
-            j += 1
-        if j - i > length:
-            start, length = i, j - i
-        i = j
-    if start < 0:
-        return ":".join(format(w, "x") for w in words)
-    return (":".join(format(w, "x") for w in words[:start]) + "::" +
-            ":".join(format(w, "x") for w in words[start + length:]))
-
-
-def _ip(s):
-    """(canonical text, family 4|6, was IPv4-mapped) for an IP address string, or None."""
-    try:
-        if ":" in s:
-            b = inet_pton(AF_INET6, s)
-            if b[:12] == _V4MAPPED:
-                return inet_ntop(AF_INET, b[12:]), 4, True
-            return _fmt6(b), 6, False
-        return inet_ntop(AF_INET, inet_pton(AF_INET, s)), 4, False
-    except (OSError, ValueError):  # ValueError: embedded NUL or non-ASCII text
-        return None
 
 
 def _cidr(v, path, code):
