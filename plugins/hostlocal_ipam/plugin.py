@@ -1,0 +1,146 @@
+"""host-local: hand out addresses from local ranges, one per range set, recorded on disk.
+
+A drop-in for the reference plugin (same keys, same files, same round-robin order) that
+- returns the addresses an attachment already holds when ADD comes again (no "duplicate allocation");
+- rejects gateways outside their subnet and overlapping ranges, naming the range;
+- on DEL removes only that attachment's reservation files, and needs only ``ipam.dataDir`` to do it;
+- implements GC (CNI 1.1): releases every reservation whose attachment is not valid any more;
+- implements STATUS: code 50 when a range set has no free address or the store is unusable;
+- changes nothing when ADD fails, and survives being killed at any point (see store.py).
+"""
+from skb import skel
+from skb import config as cfg
+from skb.errors import CNIError, INVALID_CONFIG, NOT_AVAILABLE
+from skb.result import DNS, IPConfig, parse_result, Result
+
+from skb_plugins.hostlocal_ipam import config as hcfg
+from skb_plugins.hostlocal_ipam.allocator import UNAVAILABLE, allocate, candidates
+from skb_plugins.hostlocal_ipam.store import Store
+
+
+def cmd_add(args, conf):
+    ipc = hcfg.parse(conf, args.args, "ADD")
+    dns = hcfg.read_resolv_conf(ipc.resolv_conf) if ipc.resolv_conf else None
+    stray = [ip for ip in ipc.requested if not any(rs.range_for(ip) for rs in ipc.range_sets)]
+    if stray:
+        raise CNIError(UNAVAILABLE, f"failed to allocate all requested IPs: {', '.join(str(ip) for ip in stray)}",
+                       f"requested addresses must lie in a range: {'; '.join(str(rs) for rs in ipc.range_sets)}")
+    owner = (args.container_id, args.ifname)
+    got = []
+    with Store(ipc.data_dir, ipc.name) as store:
+        try:
+            for rset in ipc.range_sets:
+                ip, new = allocate(store, rset, owner, ipc.requested)
+                got.append((rset, ip, new))
+            for rset, ip, new in got:
+                if new:
+                    store.set_last_reserved(rset.index, ip)
+        except BaseException:
+            for rset, ip, new in got:  # a failed ADD leaves the store as it found it
+                if new:
+                    store.release(ip, owner)
+            store.commit()
+            raise
+        store.commit()
+    ips = []
+    for rset, ip, new in got:
+        r = rset.range_for(ip)
+        ips.append(IPConfig(f"{ip}/{r.subnet.prefixlen}", gateway=str(r.gateway) if r.gateway else None))
+    routes = parse_result({"cniVersion": "1.1.0", "routes": ipc.routes}, where="ipam").routes
+    return Result(conf.cni_version, ips=ips, routes=routes,
+                  dns=DNS(dns["nameservers"], dns["domain"] or None, dns["search"], dns["options"]) if dns else None)
+
+
+def _data_dir(conf):
+    """DEL needs only the store's location: a config whose ranges became invalid must not block it."""
+    try:
+        ipam = cfg.lookup(conf.raw, "ipam")
+    except KeyError:
+        ipam = None
+    if not isinstance(ipam, dict):
+        raise CNIError(INVALID_CONFIG, "IPAM config missing 'ipam' key", "host-local reads dataDir from \"ipam\"")
+    return cfg.get(ipam, "dataDir", str, "ipam") or hcfg.DEFAULT_DATA_DIR
+
+
+def cmd_del(args, conf):
+    cid, ifname = args.container_id, args.ifname
+    with Store(_data_dir(conf), conf.name) as store:
+        owner = (cid, ifname)
+        held = store.owned(owner)
+        if not held:  # files written by old versions hold only the container id
+            owner = (cid, "")
+            held = store.owned(owner)
+        for ip in held:
+            store.release(ip, owner)
+        store.commit()
+
+
+def cmd_check(args, conf):
+    hcfg.parse(conf, args.args, "CHECK")
+    cid = args.container_id
+    with Store(_data_dir(conf), conf.name) as store:
+        if not store.owned((cid, args.ifname)) and not store.owned((cid, "")):
+            raise CNIError(UNAVAILABLE, f"host-local: Failed to find address added by container {cid}",
+                           f"no reservation for container {cid!r} ifname {args.ifname!r} in {store.dir}")
+
+
+def cmd_status(args, conf):
+    ipc = hcfg.parse(conf, "", "STATUS")
+    try:
+        store = Store(ipc.data_dir, ipc.name).__enter__()
+    except CNIError as e:
+        raise CNIError(NOT_AVAILABLE, e.msg, e.details) from None
+    try:
+        for rset in ipc.range_sets:
+            last = store.last_reserved(rset.index)
+            if not any(store.is_free(ip) for ip in candidates(rset, last)):
+                size = sum(r.size for r in rset.ranges)
+                raise CNIError(NOT_AVAILABLE, f"range set {rset.where} ({rset}) has no free address",
+                               f"all {size} addresses are reserved, so ADD would fail; GC reclaims reservations "
+                               "of containers that no longer exist")
+    finally:
+        store.__exit__(None, None, None)
+
+
+def _attachments(conf):
+    """The valid attachments a GC call carries, or None when it carries no list at all."""
+    for key in ("cni.dev/valid-attachments", "cni.dev/attachments"):
+        if key in conf.raw:
+            items = cfg.get(conf.raw, key, list, "")
+            valid = set()
+            for i, a in enumerate(items):
+                where = f"{key}[{i}]"
+                if not isinstance(a, dict):
+                    raise CNIError(INVALID_CONFIG, f"invalid field {where}: expected an object",
+                                   '{"containerID": "...", "ifname": "..."}')
+                valid.add((cfg.get(a, "containerID", str, where, required=True),
+                           cfg.get(a, "ifname", str, where, required=True)))
+            return valid
+    return None
+
+
+def cmd_gc(args, conf):
+    valid = _attachments(conf)
+    if valid is None:  # no list is not "nothing is valid": releasing everything would be a disaster
+        return
+    valid_ids = {cid for cid, _ in valid}
+    with Store(_data_dir(conf), conf.name) as store:
+        released = 0
+        for ip, owner in store.scan().items():
+            cid, ifname = owner
+            keep = cid in valid_ids if ifname == "" else owner in valid
+            if not keep:
+                store.release(ip, owner)
+                released += 1
+        store.rebuild()
+    if released:
+        import sys
+        sys.stderr.write(f"host-local: GC released {released} reservation(s) of network {conf.name}\n")
+
+
+PLUGIN = skel.Plugin("host-local", "IP address management from local ranges (drop-in for the reference)",
+                     add=cmd_add, delete=cmd_del, check=cmd_check, status=cmd_status, gc=cmd_gc)
+
+
+def main(argv=None):
+    skel.main(PLUGIN)

@@ -1,0 +1,95 @@
+"""host-local config: the reference's keys and defaults; stricter validation, naming the range."""
+import pytest
+
+from skb.config import NetConf
+from skb.errors import CNIError
+from skb_plugins.hostlocal_ipam import config as hcfg
+
+
+def parse(ipam, version="1.0.0", args="", **top):
+    raw = {"name": "n", "cniVersion": version, "type": "host-local", "ipam": ipam}
+    raw.update(top)
+    conf = NetConf(raw)
+    conf.cni_version = version
+    return hcfg.parse(conf, args, "ADD")
+
+
+def err(*a, **kw):
+    with pytest.raises(CNIError) as ei:
+        parse(*a, **kw)
+    return ei.value
+
+
+def test_defaults_and_order_of_range_sets():
+    c = parse({"subnet": "10.1.0.0/24", "ranges": [[{"subnet": "fd00::/64"}]]},
+              runtimeConfig={"ipRanges": [[{"subnet": "10.9.0.0/16"}]]})
+    assert [str(rs) for rs in c.range_sets] == ["10.9.0.1-10.9.255.254", "10.1.0.1-10.1.0.254",
+                                                "fd00::1-fd00::ffff:ffff:ffff:ffff"]
+    assert [rs.index for rs in c.range_sets] == [0, 1, 2]
+    assert str(c.range_sets[1].ranges[0].gateway) == "10.1.0.1"
+    assert c.data_dir == "/var/lib/cni/networks"
+
+
+def test_keys_match_case_insensitively_like_go():
+    c = parse({"Ranges": [[{"Subnet": "10.1.0.0/24", "RangeStart": "10.1.0.10"}]], "DataDir": "/d"})
+    assert str(c.range_sets[0].ranges[0].start) == "10.1.0.10" and c.data_dir == "/d"
+
+
+@pytest.mark.parametrize("ipam,fragment", [
+    ({}, "no IP ranges specified"),
+    ({"ranges": [[]]}, "invalid range set ipam.ranges[0]: empty range set"),
+    ({"subnet": "10.0.0.0/31"}, "Network 10.0.0.0/31 too small to allocate from"),
+    ({"subnet": "10.0.0.5/24"}, "Network has host bits set. For a subnet mask of length 24 the network address is 10.0.0.0"),
+    ({"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.1"}, "rangeStart 10.0.1.1 not in network 10.0.0.0/24"),
+    ({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.9", "rangeEnd": "10.0.0.3"}, "rangeStart 10.0.0.9 is after rangeEnd 10.0.0.3"),
+    ({"subnet": "10.0.0.0/24", "gateway": "10.0.1.1"}, "invalid range ipam: gateway 10.0.1.1 is outside the subnet 10.0.0.0/24"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "gateway": "fd00::1"}]]},
+     "invalid range ipam.ranges[0][0]: gateway fd00::1 is an IPv6 address in an IPv4 subnet"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]}, "mixed address families"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.0/25"}]]},
+     "ranges ipam.ranges[0][0] (10.0.0.1-10.0.0.254) and ipam.ranges[0][1] (10.0.0.1-10.0.0.126) overlap"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.128/25"}]]},
+     "range set ipam.ranges[0] overlaps with ipam.ranges[1]"),
+    ({"ranges": [[{"subnet": "nope"}]]}, "subnet 'nope' is not a network in CIDR notation"),
+    ({"ranges": [[{"rangeStart": "10.0.0.1"}]]}, "missing field ipam.ranges[0][0].subnet"),
+    ({"ranges": "10.0.0.0/24"}, "invalid field ipam.ranges: expected a list"),
+    ({"subnet": "10.0.0.0/24", "routes": [{"dst": "x"}]}, "invalid field ipam.routes[0].dst"),
+])
+def test_invalid_configs_name_the_range(ipam, fragment):
+    e = err(ipam)
+    assert e.code == 7 and fragment in e.msg, e.msg
+
+
+def test_missing_ipam():
+    with pytest.raises(CNIError) as ei:
+        conf = NetConf({"name": "n"})
+        hcfg.parse(conf, "", "ADD")
+    assert ei.value.msg == "IPAM config missing 'ipam' key"
+
+
+def test_old_versions_allow_one_set_per_family():
+    ipam = {"ranges": [[{"subnet": "10.0.0.0/25"}], [{"subnet": "10.0.0.128/25"}]]}
+    assert err(ipam, version="0.2.0").msg == "CNI version 0.2.0 does not support more than 1 address per family"
+    parse({"ranges": [[{"subnet": "10.0.0.0/25"}], [{"subnet": "fd00::/64"}]]}, version="0.2.0")
+
+
+def test_requested_ips_from_all_three_sources():
+    raw = {"name": "n", "cniVersion": "1.0.0", "ipam": {"subnet": "10.0.0.0/24"},
+           "args": {"cni": {"ips": ["10.0.0.6"]}}, "runtimeConfig": {"ips": ["10.0.0.7/24", "10.0.0.5"]}}
+    c = hcfg.parse(NetConf(raw), "IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.0.0.5/24", "ADD")
+    assert [str(ip) for ip in c.requested] == ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
+    with pytest.raises(CNIError) as ei:
+        hcfg.parse(NetConf(raw), "K8S_POD_NAME=p", "ADD")
+    assert ei.value.code == 4 and "unknown args" in ei.value.msg
+    with pytest.raises(CNIError, match="invalid requested IP 'x'"):
+        hcfg.parse(NetConf(raw), "IP=x", "ADD")
+
+
+def test_resolv_conf(tmp_path):
+    f = tmp_path / "resolv.conf"
+    f.write_text("# c\n; c\nnameserver 10.0.0.53\nnameserver 10.0.0.54\ndomain example\nsearch a.example b.example\n"
+                 "options ndots:2 timeout:1\nbogus\n")
+    assert hcfg.read_resolv_conf(str(f)) == {"nameservers": ["10.0.0.53", "10.0.0.54"], "domain": "example",
+                                             "search": ["a.example", "b.example"], "options": ["ndots:2", "timeout:1"]}
+    with pytest.raises(CNIError, match="cannot read ipam.resolvConf"):
+        hcfg.read_resolv_conf(str(tmp_path / "nope"))
