@@ -1,0 +1,211 @@
+"""host-local as a runtime calls it (processes, a temporary dataDir): files on disk are the oracle.
+
+host-local changes no kernel state, so these tests need no sandbox; the dataDir is always a tmp dir."""
+import json
+import os
+import stat
+
+import pytest
+
+from tests.helpers import cni_env, run_plugin
+
+VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+
+
+@pytest.fixture
+def hl(bin_dir, tmp_path):
+    exe = os.path.join(bin_dir, "host-local")
+    data = tmp_path / "data"
+
+    def call(command, cid="c1", ifname="eth0", version="1.0.0", args="", ipam=None, **top):
+        conf = {"cniVersion": version, "name": "net1", "type": "host-local",
+                "ipam": dict({"type": "host-local", "dataDir": str(data), "ranges": [[{"subnet": "10.1.0.0/24"}]]},
+                             **(ipam or {}))}
+        conf.update(top)
+        return run_plugin(exe, cni_env(command, containerid=cid, ifname=ifname, args=args, netns="/x"), conf)
+    call.dir = data / "net1"
+    return call
+
+
+def files(d):
+    return sorted(n for n in os.listdir(d) if not n.startswith("."))
+
+
+def test_add_writes_go_format(hl):
+    r = hl("ADD", cid="ctr1")
+    assert r.rc == 0, r
+    assert r.json == {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.2/24", "gateway": "10.1.0.1"}]}
+    assert files(hl.dir) == ["10.1.0.2", "last_reserved_ip.0", "lock"]
+    assert (hl.dir / "10.1.0.2").read_bytes() == b"ctr1\r\neth0"
+    assert (hl.dir / "last_reserved_ip.0").read_bytes() == b"10.1.0.2"
+    assert stat.S_IMODE((hl.dir / "10.1.0.2").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_result_in_every_version(hl, version):
+    ipam = {"ranges": [[{"subnet": "10.1.0.0/24"}], [{"subnet": "fd00::/120"}]], "routes": [{"dst": "0.0.0.0/0"}]}
+    r = hl("ADD", version=version, ipam=ipam)
+    assert r.rc == 0, r
+    if version in ("0.1.0", "0.2.0"):
+        assert r.json == {"cniVersion": version, "ip4": {"ip": "10.1.0.2/24", "gateway": "10.1.0.1",
+                                                         "routes": [{"dst": "0.0.0.0/0"}]},
+                          "ip6": {"ip": "fd00::2/120", "gateway": "fd00::1"}, "dns": {}}
+    elif version.startswith("0."):
+        assert r.json["ips"] == [{"version": "4", "address": "10.1.0.2/24", "gateway": "10.1.0.1"},
+                                 {"version": "6", "address": "fd00::2/120", "gateway": "fd00::1"}]
+    else:
+        assert r.json["ips"] == [{"address": "10.1.0.2/24", "gateway": "10.1.0.1"},
+                                 {"address": "fd00::2/120", "gateway": "fd00::1"}]
+
+
+def test_repeated_add_returns_the_same_addresses(hl):
+    first = hl("ADD", cid="c1")
+    again = hl("ADD", cid="c1")
+    other = hl("ADD", cid="c1", ifname="eth1")
+    assert again.rc == 0 and again.json == first.json
+    assert other.json["ips"][0]["address"] == "10.1.0.3/24"
+    assert files(hl.dir) == ["10.1.0.2", "10.1.0.3", "last_reserved_ip.0", "lock"]
+
+
+def test_del_removes_only_that_attachments_reservations(hl):
+    hl("ADD", cid="c1")
+    hl("ADD", cid="c2")
+    (hl.dir / "notes.txt").write_bytes(b"c1\r\neth0")       # Go's DEL deletes this; we never do
+    (hl.dir / "sub").mkdir()
+    (hl.dir / "sub" / "10.1.0.200").write_bytes(b"c1\r\neth0")
+    r = hl("DEL", cid="c1")
+    assert (r.rc, r.stdout) == (0, "")
+    assert files(hl.dir) == ["10.1.0.3", "last_reserved_ip.0", "lock", "notes.txt", "sub"]
+    assert (hl.dir / "sub" / "10.1.0.200").exists()
+    assert hl("DEL", cid="c1").rc == 0 and hl("DEL", cid="never").rc == 0
+
+
+def test_del_legacy_id_only_reservation(hl):
+    hl("ADD", cid="c1")
+    (hl.dir / "10.1.0.77").write_bytes(b"legacy")
+    assert hl("CHECK", cid="legacy", ifname="eth7").rc == 0
+    assert hl("DEL", cid="legacy", ifname="eth7").rc == 0
+    assert not (hl.dir / "10.1.0.77").exists() and (hl.dir / "10.1.0.2").exists()
+
+
+def test_del_needs_only_the_data_dir(hl):
+    hl("ADD", cid="c1")
+    r = hl("DEL", cid="c1", ipam={"ranges": [[{"subnet": "10.1.0.5/24"}]]})  # ranges now invalid
+    assert r.rc == 0 and not (hl.dir / "10.1.0.2").exists()
+
+
+def test_check(hl):
+    assert hl("CHECK", version="0.4.0").json["msg"] == "host-local: Failed to find address added by container c1"
+    hl("ADD")
+    assert hl("CHECK", version="0.4.0").rc == 0
+
+
+def test_requested_ip_and_errors(hl):
+    r = hl("ADD", cid="c1", args="IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.1.0.50")
+    assert r.json["ips"][0]["address"] == "10.1.0.50/24"
+    r = hl("ADD", cid="c2", args="IP=10.1.0.50")
+    assert r.rc == 1 and r.json["code"] == 101 and "10.1.0.50 is not available" in r.json["msg"]
+    assert "'c1'" in r.json["details"]
+    r = hl("ADD", cid="c2", args="IP=10.9.0.5")
+    assert r.json["msg"] == "failed to allocate all requested IPs: 10.9.0.5"
+    r = hl("ADD", cid="c3", runtimeConfig={"ips": ["10.1.0.60/24"]})
+    assert r.json["ips"][0]["address"] == "10.1.0.60/24"
+    assert files(hl.dir) == ["10.1.0.50", "10.1.0.60", "last_reserved_ip.0", "lock"]  # failed calls left nothing
+
+
+def test_failed_add_changes_nothing(hl):
+    """Range set 1 is full, so ADD fails after set 0 succeeded: set 0's reservation is rolled back and
+    last_reserved_ip.0 keeps its value (the reference leaves it advanced)."""
+    ipam = {"ranges": [[{"subnet": "10.1.0.0/24"}], [{"subnet": "10.2.0.0/30"}]]}
+    assert hl("ADD", cid="a", ipam=ipam).rc == 0                 # takes 10.2.0.2, the only address
+    before = {n: (hl.dir / n).read_bytes() for n in files(hl.dir)}
+    r = hl("ADD", cid="b", ipam=ipam)
+    assert r.rc == 1 and r.json["code"] == 100
+    assert r.json["msg"] == "failed to allocate for range 1: no IP addresses available in range set: 10.2.0.1-10.2.0.2"
+    assert {n: (hl.dir / n).read_bytes() for n in files(hl.dir)} == before
+
+
+def test_exhaustion_message(hl):
+    ipam = {"ranges": [[{"subnet": "10.1.0.0/29"}]]}
+    for i in range(5):
+        assert hl("ADD", cid=f"c{i}", ipam=ipam).rc == 0
+    r = hl("ADD", cid="c9", ipam=ipam)
+    assert r.json["msg"] == "failed to allocate for range 0: no IP addresses available in range set: 10.1.0.1-10.1.0.6"
+    assert "all 5 addresses of ipam.ranges[0]" in r.json["details"] and "GC" in r.json["details"]
+
+
+def test_status(hl, tmp_path):
+    ipam = {"ranges": [[{"subnet": "10.1.0.0/30"}]]}
+    assert hl("STATUS", version="1.1.0", ipam=ipam).rc == 0
+    assert hl("ADD", version="1.1.0", ipam=ipam).rc == 0
+    r = hl("STATUS", version="1.1.0", ipam=ipam)
+    assert r.rc == 1 and r.json["code"] == 50 and "ipam.ranges[0]" in r.json["msg"]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = hl("STATUS", version="1.1.0", ipam={"dataDir": str(blocker)})
+    assert r.json["code"] == 50 and "unusable" in r.json["msg"]
+
+
+def gc(hl, valid, key="cni.dev/valid-attachments"):
+    top = {} if valid is None else {key: [{"containerID": c, "ifname": i} for c, i in valid]}
+    return hl("GC", version="1.1.0", **top)
+
+
+@pytest.mark.parametrize("key", ["cni.dev/valid-attachments", "cni.dev/attachments"])
+def test_gc_releases_invalid_attachments(hl, key):
+    for cid in ("a", "b", "c"):
+        hl("ADD", cid=cid)
+    (hl.dir / "10.1.0.99").write_bytes(b"legacy")
+    (hl.dir / "notes.txt").write_bytes(b"b\r\neth0")
+    r = gc(hl, [("a", "eth0"), ("legacy", "eth9")], key)
+    assert (r.rc, r.stdout) == (0, ""), r
+    assert files(hl.dir) == ["10.1.0.2", "10.1.0.99", "last_reserved_ip.0", "lock", "notes.txt"]
+    assert hl("ADD", cid="b").json["ips"][0]["address"] == "10.1.0.5/24"  # round robin goes on
+    assert hl("ADD", cid="a").json["ips"][0]["address"] == "10.1.0.2/24"  # a kept its address
+
+
+def test_gc_without_a_list_releases_nothing(hl):
+    hl("ADD", cid="a")
+    assert gc(hl, None).rc == 0 and (hl.dir / "10.1.0.2").exists()
+    assert gc(hl, []).rc == 0 and not (hl.dir / "10.1.0.2").exists()  # an empty list: nothing is valid
+
+
+def test_garbage_in_the_store(hl):
+    hl("ADD", cid="a")
+    (hl.dir / "10.1.0.3").mkdir()                    # a directory named like an address: skipped, kept
+    (hl.dir / "10.1.0.4").write_bytes(b"")           # a torn reservation (Go killed mid-write): reclaimed
+    (hl.dir / "garbage").write_bytes(b"\xff\xfe")
+    (hl.dir / "last_reserved_ip.0").write_bytes(b"10.1.0.2\n")  # unparsable (Go too): restart at range start
+    r = hl("ADD", cid="b")
+    assert r.rc == 0 and r.json["ips"][0]["address"] == "10.1.0.4/24"
+    assert (hl.dir / "10.1.0.4").read_bytes() == b"b\r\neth0" and (hl.dir / "10.1.0.3").is_dir()
+    assert (hl.dir / "garbage").read_bytes() == b"\xff\xfe"
+
+
+def test_unusable_data_dir_is_a_clear_error(hl, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = hl("ADD", ipam={"dataDir": str(blocker)})
+    assert r.rc == 1 and r.json["code"] == 5 and str(blocker) in r.json["msg"] and "dataDir" in r.json["details"]
+
+
+def test_missing_data_dir_is_created(hl):
+    assert not hl.dir.exists()
+    assert hl("ADD").rc == 0 and hl.dir.is_dir()
+
+
+def test_index_survives_foreign_changes(hl):
+    """Files changed behind our back (another plugin, an operator) are picked up: the index is a cache."""
+    hl("ADD", cid="a")
+    os.unlink(hl.dir / "10.1.0.2")
+    (hl.dir / "10.1.0.40").write_bytes(b"a\r\neth0")
+    assert hl("ADD", cid="a").json["ips"][0]["address"] == "10.1.0.40/24"
+    assert hl("DEL", cid="a").rc == 0 and not (hl.dir / "10.1.0.40").exists()
+
+
+def test_resolv_conf_and_routes(hl, tmp_path):
+    rc = tmp_path / "resolv.conf"
+    rc.write_text("nameserver 10.1.0.53\nsearch a.example\n")
+    r = hl("ADD", ipam={"resolvConf": str(rc), "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "gw": "10.1.0.9"}]})
+    assert r.json["dns"] == {"nameservers": ["10.1.0.53"], "search": ["a.example"]}
+    assert r.json["routes"] == [{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "gw": "10.1.0.9"}]
