@@ -13,6 +13,7 @@ launcher (same inode as, or byte-identical to, the launcher of that name next to
 directory's ``.skb`` must resolve to the bundle running now, because that is what the launcher would
 exec. A foreign ``host-local`` earlier in CNI_PATH is exec'd. ``SKB_IPAM_EXEC=1`` forces exec; a debug
 log (``SKB_DEBUG_LOG``/``skbDebugLog``) does too, so the delegate logs its own call as it would alone.
+``SKB_IPAM_TRACE=1`` notes on stderr which way each delegation went.
 """
 import os
 import sys
@@ -124,6 +125,8 @@ def _execute(command, args, conf, stdin, environ):
     path = find_in_path(plugin, args.path)
     env = _environ(command, environ)
     inproc = _in_process(path, conf, env)
+    if env.get("SKB_IPAM_TRACE") == "1":   # for tests: which path was taken
+        _pass_stderr(f"skb-cni: IPAM {command} {plugin}: {'in-process' if inproc else 'exec ' + path}\n".encode())
     if inproc is not None:
         from skb import skel
         out = skel.run(inproc, env, stdin)

@@ -23,9 +23,11 @@ Where it is better than the reference:
   and host routes, masquerade rules, MTU and forwarding.
 - STATUS asks the IPAM plugin; GC asks the IPAM plugin and removes masquerade rules (both backends) of
   attachments no longer in ``cni.dev/valid-attachments``.
-- IPv6 addresses are added with IFA_F_NODAD on both ends: a point-to-point link has nobody to clash
-  with, and the routes through the gateway need a non-tentative source address, so the reference
-  waits for DAD (about a second); we need not.
+- IPv6 without DAD: addresses are added with IFA_F_NODAD on both ends and the host veth gets
+  ``accept_dad=0`` (for its link-local address). A point-to-point link has nobody to clash with; the
+  container's routes need a non-tentative source address (the reference waits for DAD, about a second)
+  and the node solicits forwarded traffic's next hop from its link-local address, so pod-to-pod IPv6
+  would otherwise fail for the first seconds.
 
 rp_filter: strict reverse-path filtering (``net.ipv4.conf.all.rp_filter=1``) on the node needs nothing
 from ptp: every container address has its own ``scope host`` route through its own host veth, so the
@@ -169,13 +171,16 @@ def cmd_add(args, conf):
 
 
 def _add(args, conf, pc, stdin, ns, undo):
-    ipam_result = ipam.add(args, conf, stdin)
-    undo.push("release the IPAM reservation", ipam.delete, args, conf, stdin)
-    addrs = plan_addresses(ipam_result)
     hnl = RtNetlink()
     cnl = RtNetlink.for_netns(ns)
     with hnl, cnl:
-        host, cont = _make_veth(args, conf, pc, ns, hnl, cnl, undo)
+        # Before IPAM: a repeated ADD of a live attachment must fail here. Our host-local answers it with
+        # the attachment's current address, and undoing that reservation would take it from the live pod.
+        _ifname_free(args, cnl)
+        ipam_result = ipam.add(args, conf, stdin)
+        undo.push("release the IPAM reservation", ipam.delete, args, conf, stdin)
+        addrs = plan_addresses(ipam_result)
+        host, cont = _make_veth(args, conf, pc, ns, hnl, cnl, undo, any(a.family == 6 for a in addrs))
         _configure_container(args, ns, cnl, cont, addrs, ipam_result, undo)
         _configure_host(hnl, host, addrs)
     if pc.ip_masq:
@@ -188,19 +193,31 @@ def _add(args, conf, pc, stdin, ns, undo):
     return build_result(conf, ipam_result, host, cont, args.netns, pc.dns)
 
 
-def _make_veth(args, conf, pc, ns, hnl, cnl, undo):
+def _ifname_exists_error(args):
+    return CNIError(INTERNAL, f"container veth name provided ({args.ifname}) already exists",
+                    f"netns {args.netns} already has an interface {args.ifname!r}: another attachment uses that "
+                    "CNI_IFNAME, or this one was added before without a DEL")
+
+
+def _ifname_free(args, cnl):
+    try:
+        cnl.link_get(args.ifname)
+    except NotFound:
+        return
+    raise _ifname_exists_error(args)
+
+
+def _make_veth(args, conf, pc, ns, hnl, cnl, undo, v6):
     """Create the pair from the host with the container end made inside the container netns; host end
     up. Returns (host Link, container Link)."""
     name = host_veth_name(conf.name, args.container_id, args.ifname)
     for _ in range(_VETH_TRIES):
         try:
-            hnl.veth_add(name, args.ifname, peer_netns=ns, mtu=pc.mtu or None, up=True, peer_label=args.netns)
+            hnl.veth_add(name, args.ifname, peer_netns=ns, mtu=pc.mtu or None, up=not v6, peer_label=args.netns)
             break
         except Exists as e:
             if e.subject != name:
-                raise CNIError(INTERNAL, f"container veth name provided ({args.ifname}) already exists",
-                               f"netns {args.netns} already has an interface {args.ifname!r}: "
-                               "another attachment uses that CNI_IFNAME") from None
+                raise _ifname_exists_error(args) from None
             name = _random_veth_name()   # our derived name is taken (a hash clash, or a leftover): any name
     else:
         raise CNIError(INTERNAL, f"could not find a free host veth name after {_VETH_TRIES} tries")
@@ -209,6 +226,12 @@ def _make_veth(args, conf, pc, ns, hnl, cnl, undo):
         sysctl.write(f"net/ipv6/conf/{name}/accept_ra", "0")   # the reference does it; dies with the veth
     except sysctl.SysctlError:
         pass
+    if v6:
+        # The node solicits a forwarded packet's next hop from its link-local address, which is
+        # unusable while DAD runs (1-2 s after the link comes up): pod-to-pod IPv6 would fail meanwhile.
+        # Nothing else is on this link to clash with, so no DAD here; set before the link goes up.
+        sysctl.write(f"net/ipv6/conf/{name}/accept_dad", "0")
+        hnl.link_set_up(name)
     return hnl.link_get(name), cnl.link_get(args.ifname)
 
 
@@ -272,7 +295,11 @@ def _configure_host(hnl, host, addrs):
         try:
             hnl.route_add(f"{a.ip}/{a.host_bits}", oif=host.index, scope=RT_SCOPE_HOST)
         except Exists:
-            pass    # as the reference: a stale route elsewhere is not ours to remove
+            # The reference ignores this and leaves a pod whose traffic the node sends elsewhere.
+            raise CNIError(INTERNAL, f"address {a.ip} is already in use on the host",
+                           f"the host already routes {a.ip}/{a.host_bits} to another interface (another network "
+                           "with an overlapping range, or a leftover of an attachment that was never deleted)"
+                           ) from None
 
 
 def _enable_forwarding(addrs):
@@ -405,7 +432,8 @@ def _check_container(args, pc, cnl, cont_if, prev, addrs):
                    (scope is None or r.scope == scope) for r in mine)
 
     for a in addrs:
-        if not has(f"{a.gateway}/{a.host_bits}", scope=RT_SCOPE_LINK):
+        # (IPv6 routes have no scope: the kernel reports every one as universe)
+        if not has(f"{a.gateway}/{a.host_bits}", scope=RT_SCOPE_LINK if a.family == 4 else None):
             raise CNIError(INTERNAL, f"Failed to find Gateway {a.gateway} for interface {name}",
                            f"route {a.gateway}/{a.host_bits} dev {name} scope link is missing")
         if a.subnet != f"{a.gateway}/{a.host_bits}" and not has(a.subnet, a.gateway):
@@ -445,7 +473,7 @@ def _check_host(hnl, pc, cont, host_if, addrs):
         if parse_prefix(f"{a.gateway}/{a.host_bits}") not in have:
             raise CNIError(INTERNAL, f"ptp: gateway {a.gateway}/{a.host_bits} missing on host veth {host.name}")
         want = parse_prefix(f"{a.ip}/{a.host_bits}")
-        if not any(r.prefix == want and r.scope == RT_SCOPE_HOST for r in routes):
+        if not any(r.prefix == want and (r.scope == RT_SCOPE_HOST or a.family == 6) for r in routes):
             raise CNIError(INTERNAL, f"ptp: host route {a.ip}/{a.host_bits} dev {host.name} scope host is missing")
 
 
