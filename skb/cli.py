@@ -1,9 +1,141 @@
-"""The ``skb`` command: tools for people debugging CNI on a node.
+"""The ``skb`` command: run, diagnose and replay CNI the way an operator debugs it.
 
-Not on a plugin's call path, so it may import what it likes (argparse, json, pyroute2).
+Not on a plugin's call path, so it may import what it likes (argparse, json, subprocess). The frozen
+build strips docstrings (optimize=2): every help text lives in string constants, never in __doc__.
+Subcommands:
+
+- ``add|check|del|status|gc NETWORK NETNS``: cnitool's interface over ``skb.libcni``;
+- ``netns add|del|list``: scratch namespaces (``skb.scratch_netns``);
+- ``doctor``: ``skb.doctor``; ``replay``: ``skb.replay``; ``log``: list a debug log or capture.
 """
+import os
 import sys
 
+DEFAULT_CNI_PATH = "/opt/cni/bin"
+
+MAIN_HELP = "Run, diagnose and replay CNI on a node (from the skb-cni plugin suite)."
+MAIN_EPILOG = """\
+commands:
+  add|check|del|status|gc   run a network from the conf dir against a netns, as cnitool does
+  netns add|del|list        scratch network namespaces (like ip netns)
+  doctor                    find what is wrong with this node's CNI set-up
+  replay                    re-run a recorded plugin call and compare the outputs
+  log                       list the calls in a debug log or debug-plugin capture
+  version                   the suite's version
+
+examples:
+  skb netns add blue && skb add mynet blue && skb del mynet blue
+  skb doctor
+  skb doctor --probe --json
+  skb log /tmp/calls.jsonl
+  skb replay /tmp/calls.jsonl -n -1
+
+Run 'skb COMMAND --help' for each command's options and examples."""
+
+RUN_EPILOG = """\
+The network is looked up in the conf dir exactly as libcni does: .conflist files first, then .conf/.json,
+by file name, first match of "name" wins. ADD prints the final result and caches it in
+<cache-dir>/results/<network>-<containerid>-<ifname>; CHECK and DEL use that cached result as prevResult.
+The container id is cnitool's: cnitool- + 20 hex digits of SHA-512 of the absolute netns path.
+
+environment (as cnitool):
+  NETCONFPATH   conf dir (default /etc/cni/net.d)      CNI_PATH   plugin dirs, ':'-separated
+  CNI_IFNAME    interface name (default eth0)          CNI_ARGS   K=V;K=V (strict: no empty key or value)
+  CAP_ARGS      capability arguments as a JSON object, e.g. '{"portMappings":[...]}'
+Flags override the environment. NETNS is a path, or the name of a namespace in /run/netns.
+
+examples:
+  skb netns add blue
+  CNI_PATH=/opt/cni/bin skb add mynet /run/netns/blue
+  skb check mynet blue
+  skb del mynet blue -i eth1
+  CAP_ARGS='{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}' skb add mynet blue
+  skb add mynet blue --conf-dir /tmp/net.d --cni-path /usr/lib/cni:/opt/cni/bin -v"""
+
+GC_EPILOG = """\
+Without --valid or --keep-live this is cnitool's gc: every cached attachment of the network is DELeted
+and the plugins get no list of valid attachments (so an IPAM may free everything). With --valid and/or
+--keep-live only the other cached attachments are DELeted, and the plugins get the valid list as
+cni.dev/valid-attachments (and cni.dev/attachments, the spec-1.1.0 tag's name). Plugins are sent GC only
+when the network's cniVersion is 1.1.0 or later; disableGC turns all of it off.
+
+examples:
+  skb gc mynet --keep-live
+  skb gc mynet --valid ctr1:eth0 --valid ctr2:eth0
+  skb gc mynet                      # cnitool semantics: nothing is valid"""
+
+STATUS_EPILOG = """\
+Sends STATUS to each plugin in order and stops at the first error (nothing for cniVersion < 1.1.0).
+
+example:
+  skb status mynet"""
+
+NETNS_EPILOG = """\
+A named netns is /run/netns/NAME with the namespace bind-mounted on it, exactly as ip netns add makes it
+(lo starts DOWN). Use it as the NETNS of skb add/del, or with ip netns exec NAME.
+
+examples:
+  skb netns add blue
+  skb netns list
+  skb netns del blue"""
+
+LOG_EPILOG = """\
+Reads the JSON lines written by a plugin's skbDebugLog / SKB_DEBUG_LOG and by the debug plugin's
+captureFile (the same record). Records are numbered for skb replay -n.
+
+examples:
+  skb log /var/log/skb-cni.jsonl
+  skb log -v /tmp/capture.jsonl"""
+
+
+# ---------------------------------------------------------------------------------------------------
+# terminal styling
+
+class Style:
+    """ANSI colour when enabled (a terminal, no NO_COLOR, TERM not dumb, or --color always)."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream, when="auto"):
+        if when == "always":
+            return cls(True)
+        if when == "never":
+            return cls(False)
+        try:
+            tty = stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        return cls(tty and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") != "dumb")
+
+    def _wrap(self, code, text):
+        return f"\033[{code}m{text}\033[0m" if self.enabled else text
+
+    def red(self, text):
+        return self._wrap("31", text)
+
+    def yellow(self, text):
+        return self._wrap("33", text)
+
+    def green(self, text):
+        return self._wrap("32", text)
+
+    def bold(self, text):
+        return self._wrap("1", text)
+
+    def dim(self, text):
+        return self._wrap("2", text)
+
+
+def fail(prog, msg, opts=None):
+    style = Style.for_stream(sys.stderr, getattr(opts, "color", "auto"))
+    print(f"{prog}: {style.red('error')}: {msg}", file=sys.stderr)
+    return 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# version, log
 
 def _cmd_version(opts):
     from skb import __version__
@@ -12,47 +144,247 @@ def _cmd_version(opts):
     return 0
 
 
-def _cmd_log(opts):
-    """Pretty-print a debug log written by skbDebugLog / SKB_DEBUG_LOG."""
+def read_records(path):
+    """(number, record) of each JSON line of a debug log or capture; bad lines are reported and skipped."""
     import json
-    try:
-        f = open(opts.file, encoding="utf-8")
-    except OSError as e:
-        print(f"skb log: cannot open {opts.file}: {e.strerror}", file=sys.stderr)
-        return 1
-    with f:
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
             try:
                 rec = json.loads(line)
             except ValueError:
-                print(f"{opts.file}:{n}: not a JSON line, skipped", file=sys.stderr)
+                print(f"{path}:{n}: not a JSON line, skipped", file=sys.stderr)
                 continue
-            env = rec.get("env", {})
-            status = "ok" if rec.get("exitCode") == 0 else f"FAILED (exit {rec.get('exitCode')})"
-            print(f"{rec.get('time', '?')} {rec.get('plugin', '?')} {rec.get('command', '?')} "
-                  f"container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
-                  f"netns={env.get('CNI_NETNS', '')} {status} {rec.get('durationMs', '?')} ms")
-            if rec.get("exitCode") != 0 or opts.verbose:
-                for key in ("stdin", "stdout", "stderr"):
-                    if rec.get(key):
-                        print(f"    {key}: {rec[key].strip()}")
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def _cmd_log(opts):
+    style = Style.for_stream(sys.stdout, opts.color)
+    try:
+        records = read_records(opts.file)
+    except OSError as e:
+        return fail("skb log", f"cannot open {opts.file}: {e.strerror}", opts)
+    for n, rec in enumerate(records, 1):
+        env = rec.get("env", {})
+        ok = rec.get("exitCode") == 0
+        status = style.green("ok") if ok else style.red(f"FAILED (exit {rec.get('exitCode')})")
+        print(f"#{n} {rec.get('time', '?')} {rec.get('plugin', '?')} {style.bold(str(rec.get('command', '?')))} "
+              f"container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
+              f"netns={env.get('CNI_NETNS', '')} {status} {rec.get('durationMs', '?')} ms")
+        if not ok or opts.verbose:
+            for key in ("stdin", "stdout", "stderr"):
+                if rec.get(key):
+                    print(f"    {key}: {str(rec[key]).strip()}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# the cnitool-compatible runner
+
+def netns_path(arg):
+    """A NETNS argument: a path as given, or a bare name of a namespace in /run/netns."""
+    from skb import scratch_netns
+    if "/" not in arg and arg not in (".", "..") and os.path.exists(scratch_netns.path_of(arg)):
+        return scratch_netns.path_of(arg)
+    return arg
+
+
+def split_path(s):
+    return [p for p in s.split(":")] if s else []
+
+
+def runner_from(opts):
+    """(CNIConfig, conf dir) from flags, then the cnitool environment."""
+    from skb import libcni
+    cni_path = opts.cni_path if opts.cni_path is not None else os.environ.get("CNI_PATH", "") or DEFAULT_CNI_PATH
+    exec_ = libcni.RawExec(timeout=opts.timeout)
+    return libcni.CNIConfig(split_path(cni_path), opts.cache_dir, exec_), conf_dir_from(opts)
+
+
+def conf_dir_from(opts):
+    from skb import libcni
+    return opts.conf_dir or os.environ.get("NETCONFPATH", "") or libcni.DEFAULT_CONF_DIR
+
+
+def runtime_conf_from(opts):
+    """libcni's RuntimeConf as cnitool builds it."""
+    import json
+    from skb import libcni
+    cap_raw = opts.cap_args if opts.cap_args is not None else os.environ.get("CAP_ARGS", "")
+    caps = {}
+    if cap_raw:
+        try:
+            caps = json.loads(cap_raw)
+        except ValueError as e:
+            raise libcni.LibcniError(f"CAP_ARGS is not JSON: {e}") from None
+        if not isinstance(caps, dict):
+            raise libcni.LibcniError("CAP_ARGS must be a JSON object, e.g. '{\"mac\": \"c2:11:22:33:44:55\"}'")
+    args_raw = opts.args if opts.args is not None else os.environ.get("CNI_ARGS", "")
+    args = libcni.parse_cnitool_args(args_raw) if args_raw else []
+    ifname = opts.ifname or os.environ.get("CNI_IFNAME", "") or "eth0"
+    ns = netns_path(opts.netns) if opts.netns else ""
+    ns_abs = libcni.go_abs(ns) if ns else ""
+    cid = opts.container_id or (libcni.cnitool_container_id(ns_abs) if ns_abs else "")
+    return libcni.RuntimeConf(cid, ns_abs, ifname, args, caps)
+
+
+def _show_calls(cni, style):
+    for call in cni.exec.calls:
+        rc = call["exitCode"]
+        mark = style.green("exit 0") if rc == 0 else style.red(f"exit {rc}")
+        print(f"skb: {call['env'].get('CNI_COMMAND')} {call['path']} -> {mark}", file=sys.stderr)
+        if rc != 0 and call["stdout"]:
+            print(f"     stdout: {call['stdout'].decode(errors='replace').strip()}", file=sys.stderr)
+
+
+def _cmd_run(opts):
+    import json
+    from skb import libcni
+    from skb.errors import CNIError
+    verb = opts.cmd
+    prog = f"skb {verb}"
+    style = Style.for_stream(sys.stderr, opts.color)
+    cni = None
+    try:
+        cni, conf_dir = runner_from(opts)
+        if verb in ("add", "check", "del") and not opts.netns:
+            return fail(prog, "NETNS is required: a netns path such as /run/netns/blue (skb netns add blue)", opts)
+        netconf = libcni.load_network(conf_dir, opts.network)
+        rt = runtime_conf_from(opts)
+        if verb == "add":
+            res = cni.add_list(netconf, rt)
+            print(json.dumps(libcni.result_dict(res), indent=4))
+        elif verb == "check":
+            cni.check_list(netconf, rt)
+        elif verb == "del":
+            cni.del_list(netconf, rt)
+        elif verb == "status":
+            cni.status_list(netconf)
+        elif verb == "gc":
+            valid = None
+            if opts.valid or opts.keep_live:
+                valid = []
+                for v in opts.valid or ():
+                    cid, sep, ifname = v.partition(":")
+                    if not sep or not cid or not ifname:
+                        return fail(prog, f"--valid {v!r}: expected CONTAINERID:IFNAME, e.g. ctr1:eth0", opts)
+                    valid.append((cid, ifname))
+                if opts.keep_live:
+                    valid += [(a.container_id, a.ifname) for a in cni.cached_attachments()
+                              if a.network == netconf.name and a.netns and os.path.exists(a.netns)]
+            errors = cni.gc_list(netconf, valid)
+            if errors:
+                raise libcni.LibcniError("\n".join(str(e) for e in errors))
+    except (libcni.LibcniError, CNIError) as e:
+        if opts.verbose and cni is not None:
+            _show_calls(cni, style)
+        text = libcni.describe(e)
+        inner = e.cni_error() if isinstance(e, libcni.LibcniError) else e
+        if inner is not None and inner.code:
+            text += f" (CNI error code {inner.code})"
+        return fail(prog, text, opts)
+    if opts.verbose:
+        _show_calls(cni, style)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# netns
+
+def _cmd_netns(opts):
+    from skb import scratch_netns
+    try:
+        if opts.action == "add":
+            for name in opts.names:
+                print(scratch_netns.add(name, opts.run_dir))
+        elif opts.action == "del":
+            for name in opts.names:
+                scratch_netns.delete(name, opts.run_dir)
+        else:
+            for name in scratch_netns.names(opts.run_dir):
+                print(name)
+    except scratch_netns.NetnsAdminError as e:
+        return fail(f"skb netns {opts.action}", str(e), opts)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# argument parsing
+
+def _common_run_args(p, netns_required=True):
+    p.add_argument("network", metavar="NETWORK", help='the "name" of a network in the conf dir')
+    if netns_required:
+        p.add_argument("netns", metavar="NETNS", help="the netns: a path, or a name in /run/netns")
+    else:
+        p.add_argument("netns", metavar="NETNS", nargs="?", default="",
+                       help="accepted for cnitool compatibility; not used")
+    p.add_argument("-i", "--ifname", help="interface name (default: $CNI_IFNAME, else eth0)")
+    p.add_argument("--conf-dir", help="network configuration dir (default: $NETCONFPATH, else /etc/cni/net.d)")
+    p.add_argument("--cni-path", help=f"plugin dirs, ':'-separated (default: $CNI_PATH, else {DEFAULT_CNI_PATH})")
+    p.add_argument("--cache-dir", default="/var/lib/cni", help="libcni cache dir (default: /var/lib/cni)")
+    p.add_argument("--args", help="CNI_ARGS to send, K=V;K=V (default: $CNI_ARGS)")
+    p.add_argument("--cap-args", help="capability arguments, a JSON object (default: $CAP_ARGS)")
+    p.add_argument("--container-id", help="container id (default: cnitool's, derived from the netns path)")
+    p.add_argument("--timeout", type=float, help="kill a plugin that takes longer (seconds; default: wait)")
+    p.add_argument("-v", "--verbose", action="store_true", help="list each plugin run on stderr")
+    p.set_defaults(func=_cmd_run)
 
 
 def build_parser():
     import argparse
-    p = argparse.ArgumentParser(
-        prog="skb", description="Debugging tools for CNI, from the skb-cni plugin suite.",
-        epilog="examples:\n  skb version\n  skb log /var/log/skb-cni.jsonl\n  skb log -v /tmp/calls.jsonl",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="skb", description=MAIN_HELP, epilog=MAIN_EPILOG, formatter_class=raw)
+    color_help = "colour the output (default: auto = only on a terminal, never with NO_COLOR set)"
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help=color_help)
+    common = argparse.ArgumentParser(add_help=False)   # --color after the subcommand works too
+    common.add_argument("--color", choices=("auto", "always", "never"), default=argparse.SUPPRESS, help=color_help)
+    parents = [common]
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-    v = sub.add_parser("version", help="print the suite's version and the CNI versions it speaks")
+
+    v = sub.add_parser("version", parents=parents, help="print the suite's version and the CNI versions it speaks",
+                       epilog="example:\n  skb version", formatter_class=raw)
     v.set_defaults(func=_cmd_version)
-    lg = sub.add_parser("log", help="show the calls recorded by skbDebugLog / SKB_DEBUG_LOG",
-                        epilog="example: skb log -v /var/log/skb-cni.jsonl")
-    lg.add_argument("file", help="the JSON-lines debug log")
+
+    lg = sub.add_parser("log", parents=parents, help="list the calls in a debug log or debug-plugin capture",
+                        description="List recorded plugin calls, numbered.", epilog=LOG_EPILOG, formatter_class=raw)
+    lg.add_argument("file", help="the JSON-lines debug log or capture")
     lg.add_argument("-v", "--verbose", action="store_true", help="show stdin/stdout of successful calls too")
     lg.set_defaults(func=_cmd_log)
+
+    for verb, text in (("add", "ADD the network's plugins to the netns and print the result"),
+                       ("check", "CHECK the attachment against its cached result"),
+                       ("del", "DEL the attachment (plugins in reverse order)")):
+        sp = sub.add_parser(verb, parents=parents, help=text, description=text + ", as cnitool does.", epilog=RUN_EPILOG,
+                            formatter_class=raw)
+        _common_run_args(sp)
+    st = sub.add_parser("status", parents=parents, help="ask each plugin whether it can ADD (STATUS)",
+                        description="STATUS the network's plugins, as cnitool does.", epilog=STATUS_EPILOG,
+                        formatter_class=raw)
+    _common_run_args(st, netns_required=False)
+    gc = sub.add_parser("gc", parents=parents, help="DEL stale cached attachments and send GC to the plugins",
+                        description="Garbage-collect a network, as libcni's GCNetworkList does.",
+                        epilog=GC_EPILOG, formatter_class=raw)
+    _common_run_args(gc, netns_required=False)
+    gc.add_argument("--valid", action="append", metavar="CONTAINERID:IFNAME",
+                    help="an attachment still in use (repeatable)")
+    gc.add_argument("--keep-live", action="store_true",
+                    help="treat every cached attachment whose netns still exists as in use")
+
+    ns = sub.add_parser("netns", parents=parents, help="scratch network namespaces (add, del, list)",
+                        description="Create and delete named network namespaces, like ip netns.",
+                        epilog=NETNS_EPILOG, formatter_class=raw)
+    ns.add_argument("action", choices=("add", "del", "list"))
+    ns.add_argument("names", metavar="NAME", nargs="*", help="namespace names (for add and del)")
+    ns.add_argument("--run-dir", default="/run/netns", help="where named namespaces live (default: /run/netns)")
+    ns.set_defaults(func=_cmd_netns)
+
+    from skb import doctor, replay
+    doctor.add_parser(sub, raw, parents)
+    replay.add_parser(sub, raw, parents)
     return p
 
 
@@ -62,4 +394,6 @@ def main(argv):
     if not getattr(opts, "func", None):
         parser.print_help()
         return 2
+    if opts.cmd == "netns" and opts.action in ("add", "del") and not opts.names:
+        parser.parse_args(["netns", "--help"])
     return opts.func(opts)

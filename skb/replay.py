@@ -1,0 +1,307 @@
+"""``skb replay``: run a recorded plugin call again and show its output next to the recorded one.
+
+Records come from the JSON lines of a plugin's debug log (``skbDebugLog`` / ``SKB_DEBUG_LOG``) or of the
+debug plugin's ``captureFile`` (the same record), or from the reference debug plugin's ``cniOutput`` text
+(which has no recorded output to compare with). The call is made as recorded: its ``CNI_*`` variables
+(the rest of the environment is this process's, so PATH and friends work), its stdin byte for byte.
+
+The plugin is ``--plugin`` (a path, or a name looked up in the CNI path), else the record's plugin,
+else the ``type`` in its stdin, looked up in ``--cni-path``, ``$CNI_PATH``, the recorded CNI_PATH, then
+``/opt/cni/bin``.
+
+The namespace: an ADD or CHECK whose recorded netns is gone (or any call with ``--scratch``) runs in a
+new scratch netns, deleted afterwards unless ``--keep-netns``; the recorded path is replaced by the
+scratch one in CNI_NETNS and in stdin (a prevResult's ``sandbox``), and in the recorded output before
+comparing. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
+
+Exit status: 0 when exit code and output match the record (JSON compared parsed), 1 when they differ,
+2 when the call could not be replayed.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from skb import libcni
+
+_TEXT_COMMANDS = {"CmdAdd": "ADD", "CmdDel": "DEL", "CmdCheck": "CHECK", "CmdStatus": "STATUS", "CmdGC": "GC"}
+_TEXT_FIELDS = {"ContainerID": "CNI_CONTAINERID", "Netns": "CNI_NETNS", "IfName": "CNI_IFNAME",
+                "Args": "CNI_ARGS", "Path": "CNI_PATH"}
+_SEPARATOR = "----------------------"
+_USES_NETNS = ("ADD", "CHECK", "DEL")
+
+
+class ReplayError(Exception):
+    pass
+
+
+def parse_text_records(text):
+    """The reference debug plugin's cniOutput: blocks of ``CmdAdd``, ``Key: value`` lines, the stdin
+    (to the separator line), ``----------------------``."""
+    records = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        head = lines[i].strip()
+        if head not in _TEXT_COMMANDS:
+            i += 1
+            continue
+        command = _TEXT_COMMANDS[head]
+        env = {"CNI_COMMAND": command}
+        i += 1
+        stdin = None
+        while i < len(lines):
+            line = lines[i]
+            key, sep, value = line.partition(": ")
+            if not sep and line.endswith(":"):
+                key, value, sep = line[:-1], "", ":"
+            if key == "StdinData":
+                body = [value]
+                i += 1
+                while i < len(lines) and lines[i] != _SEPARATOR:
+                    body.append(lines[i])
+                    i += 1
+                stdin = "\n".join(body)
+                break
+            if key in _TEXT_FIELDS:
+                env[_TEXT_FIELDS[key]] = value
+            i += 1
+        i += 1
+        records.append({"command": command, "env": env, "stdin": stdin.rstrip("\n") if stdin else "",
+                        "plugin": "", "format": "cniOutput"})
+    return records
+
+
+def read_records(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    first = next((line.strip() for line in text.split("\n") if line.strip()), "")
+    if first in _TEXT_COMMANDS:
+        return parse_text_records(text)
+    records = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            print(f"skb replay: {path}:{n}: not a JSON line, skipped", file=sys.stderr)
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("env"), dict):
+            records.append(rec)
+    return records
+
+
+def select(records, number, command):
+    """The ``number``-th record (1-based; negative counts from the end) among those of ``command``."""
+    pool = [(i, r) for i, r in enumerate(records, 1)
+            if not command or (r.get("command") or r["env"].get("CNI_COMMAND")) == command]
+    if not pool:
+        raise ReplayError("no record" + (f" of a {command} call" if command else "") + " in the file")
+    try:
+        return pool[number - 1 if number > 0 else number]
+    except IndexError:
+        raise ReplayError(f"there is no record {number}: the file has {len(pool)}"
+                          + (f" {command} records" if command else " records")) from None
+
+
+def _stdin_type(stdin):
+    try:
+        obj = json.loads(stdin)
+    except (ValueError, TypeError):
+        return ""
+    return obj.get("type", "") if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
+
+
+def choose_plugin(rec, opts):
+    name = opts.plugin or rec.get("plugin") or _stdin_type(rec.get("stdin", ""))
+    if not name:
+        raise ReplayError("the record names no plugin: give --plugin PATH")
+    if "/" in name:
+        if not os.path.isfile(name):
+            raise ReplayError(f"--plugin {name}: no such file")
+        return os.path.abspath(name)
+    dirs = (opts.cni_path or os.environ.get("CNI_PATH", "") or rec["env"].get("CNI_PATH", "") or "/opt/cni/bin")
+    try:
+        return libcni.find_in_path(name, [d for d in dirs.split(":") if d])
+    except libcni.LibcniError as e:
+        raise ReplayError(f"{e} (give --plugin PATH or --cni-path DIRS)") from None
+
+
+def _is_netns(path):
+    from skb import netns
+    from skb.errors import CNIError
+    try:
+        netns.NetNS.open(path).close()
+        return True
+    except CNIError:
+        return False
+
+
+def _jsonish(text):
+    try:
+        return json.loads(text) if text and text.strip() else None
+    except ValueError:
+        return None
+
+
+def _pretty(text):
+    obj = _jsonish(text)
+    if obj is not None:
+        return json.dumps(obj, indent=2).split("\n")
+    return text.rstrip("\n").split("\n") if text else ["(no output)"]
+
+
+def replay(rec, plugin, opts):
+    """Run the call; returns a dict describing both outcomes."""
+    from skb import scratch_netns
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
+    env.update({k: str(v) for k, v in rec["env"].items() if k.startswith("CNI_")})
+    command = env.get("CNI_COMMAND", "")
+    if opts.cni_path:
+        env["CNI_PATH"] = opts.cni_path
+    stdin = rec.get("stdin") or ""
+    old_ns = env.get("CNI_NETNS", "")
+    scratch = None
+    wanted = command in _USES_NETNS and (opts.scratch or (command != "DEL" and old_ns and not _is_netns(old_ns)))
+    note = ""
+    if wanted:
+        name = scratch_netns.unique_name("skb-replay")
+        try:
+            scratch = scratch_netns.add(name, opts.netns_dir)
+        except scratch_netns.NetnsAdminError as e:
+            raise ReplayError(f"cannot make a scratch netns: {e}") from None
+        env["CNI_NETNS"] = scratch
+        if old_ns:
+            stdin = stdin.replace(old_ns, scratch)
+        note = (f"recorded netns {old_ns or '(none)'} " + ("replaced on request" if opts.scratch else "is gone")
+                + f": ran in scratch netns {scratch}")
+    try:
+        try:
+            p = subprocess.run([plugin], input=stdin.encode(), env=env, capture_output=True, timeout=opts.timeout)
+            out = {"exitCode": p.returncode, "stdout": p.stdout.decode(errors="replace"),
+                   "stderr": p.stderr.decode(errors="replace")}
+        except subprocess.TimeoutExpired as e:
+            out = {"exitCode": None, "stdout": (e.stdout or b"").decode(errors="replace"),
+                   "stderr": (e.stderr or b"").decode(errors="replace") + f"\n(killed after {opts.timeout:g} s)"}
+        except OSError as e:
+            raise ReplayError(f"cannot run {plugin}: {e.strerror}") from None
+    finally:
+        if scratch and not opts.keep_netns:
+            try:
+                scratch_netns.delete(os.path.basename(scratch), opts.netns_dir)
+            except scratch_netns.NetnsAdminError:
+                pass
+    recorded = None
+    if "exitCode" in rec:
+        rstdout = rec.get("stdout") or ""
+        if scratch and old_ns:
+            rstdout = rstdout.replace(old_ns, scratch)
+        recorded = {"exitCode": rec.get("exitCode"), "stdout": rstdout, "stderr": rec.get("stderr") or ""}
+    same = None
+    if recorded is not None:
+        a, b = _jsonish(recorded["stdout"]), _jsonish(out["stdout"])
+        same_out = (a == b) if (a is not None or b is not None) else \
+            recorded["stdout"].strip() == out["stdout"].strip()
+        same = recorded["exitCode"] == out["exitCode"] and same_out
+    return {"command": command, "plugin": plugin, "env": {k: v for k, v in env.items() if k.startswith("CNI_")},
+            "netnsNote": note, "keptNetns": scratch if scratch and opts.keep_netns else "",
+            "recorded": recorded, "replayed": out, "same": same}
+
+
+def show(number, rec, outcome, style, width, out):
+    env = outcome["env"]
+    print(style.bold(f"record #{number}: {outcome['command']} by {rec.get('plugin') or '?'}"
+                     f" at {rec.get('time', '?')}") + f", replayed with {outcome['plugin']}", file=out)
+    print(f"  container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
+          f"netns={env.get('CNI_NETNS', '')} args={env.get('CNI_ARGS', '')}", file=out)
+    if outcome["netnsNote"]:
+        print(f"  {style.yellow(outcome['netnsNote'])}", file=out)
+    rec_out, new = outcome["recorded"], outcome["replayed"]
+    left = [f"exit {rec_out['exitCode']}"] + _pretty(rec_out["stdout"]) if rec_out else \
+        ["(no recorded output: a cniOutput record)"]
+    right = [f"exit {new['exitCode']}"] + _pretty(new["stdout"])
+    col = (width - 3) // 2
+    if col >= 36:
+        print(f"{style.bold('recorded'.ljust(col))} | {style.bold('replayed')}", file=out)
+        for i in range(max(len(left), len(right))):
+            a = left[i] if i < len(left) else ""
+            b = right[i] if i < len(right) else ""
+            mark = "|" if a == b else "*"
+            a_cell = (a if len(a) <= col else a[:col - 1] + "~").ljust(col)
+            if mark == "*" and rec_out:
+                a_cell, b = style.red(a_cell), style.green(b)
+            print(f"{a_cell} {mark} {b}", file=out)
+    else:
+        print(style.bold("recorded:"), file=out)
+        for line in left:
+            print(f"  {line}", file=out)
+        print(style.bold("replayed:"), file=out)
+        for line in right:
+            print(f"  {line}", file=out)
+    if new["stderr"].strip():
+        print(style.dim("replayed stderr:"), file=out)
+        for line in new["stderr"].rstrip("\n").split("\n"):
+            print(f"  {line}", file=out)
+    if outcome["keptNetns"]:
+        print(f"  scratch netns kept: {outcome['keptNetns']} (skb netns del {os.path.basename(outcome['keptNetns'])})",
+              file=out)
+    verdict = {True: style.green("same outcome as recorded"), False: style.red("DIFFERENT from the recording"),
+               None: "nothing recorded to compare with"}[outcome["same"]]
+    print(f"skb replay: {verdict}", file=out)
+
+
+def command(opts):
+    import shutil
+    from skb.cli import Style
+    try:
+        records = read_records(opts.file)
+        number, rec = select(records, opts.number, opts.command)
+        plugin = choose_plugin(rec, opts)
+        outcome = replay(rec, plugin, opts)
+    except OSError as e:
+        print(f"skb replay: cannot read {opts.file}: {e.strerror}", file=sys.stderr)
+        return 2
+    except ReplayError as e:
+        print(f"skb replay: {e}", file=sys.stderr)
+        return 2
+    if opts.json:
+        print(json.dumps(dict(outcome, record=number), indent=2))
+    else:
+        show(number, rec, outcome, Style.for_stream(sys.stdout, opts.color), shutil.get_terminal_size().columns,
+             sys.stdout)
+    return 0 if outcome["same"] in (True, None) else 1
+
+
+EPILOG = """\
+Reads a plugin's debug log (skbDebugLog / SKB_DEBUG_LOG), the debug plugin's captureFile, or the
+reference debug plugin's cniOutput text. Runs the call with its recorded CNI_* variables and stdin. An ADD
+or CHECK whose netns is gone runs in a scratch netns (the path is substituted in env, stdin and the
+recorded output). Exit status: 0 same outcome, 1 different, 2 could not replay.
+
+examples:
+  skb log /tmp/capture.jsonl                          # find the record number
+  skb replay /tmp/capture.jsonl                       # the last call
+  skb replay /tmp/capture.jsonl -n 3 --plugin /usr/lib/cni/ptp
+  skb replay /var/log/skb-cni.jsonl --command ADD -n -1 --scratch --keep-netns
+  skb replay /tmp/cni_output.txt --plugin ./my-plugin   # the reference debug plugin's text"""
+
+
+def add_parser(sub, formatter, parents=()):
+    r = sub.add_parser("replay", help="re-run a recorded plugin call and compare the outputs", parents=list(parents),
+                       description="Re-run a call recorded by a debug log or capture, next to its recorded output.",
+                       epilog=EPILOG, formatter_class=formatter)
+    r.add_argument("file", help="debug log, captureFile, or cniOutput text")
+    r.add_argument("-n", "--number", type=int, default=-1,
+                   help="which record: 1-based, negative from the end (default: -1, the last)")
+    r.add_argument("--command", choices=("ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION"),
+                   help="count only records of this command")
+    r.add_argument("--plugin", help="plugin to run: a path, or a name looked up in the CNI path")
+    r.add_argument("--cni-path", help="plugin dirs, ':'-separated (also sent as CNI_PATH)")
+    r.add_argument("--scratch", action="store_true", help="always run in a scratch netns")
+    r.add_argument("--keep-netns", action="store_true", help="keep the scratch netns for a look afterwards")
+    r.add_argument("--netns-dir", default="/run/netns", help="where scratch namespaces go (default: /run/netns)")
+    r.add_argument("--timeout", type=float, default=60.0, help="kill the plugin after this many seconds")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.set_defaults(func=command)
+    return r

@@ -1,0 +1,372 @@
+"""The skb command as an operator runs it: the cnitool-compatible runner, scratch namespaces, replay,
+help and colour. The debug plugin stands in for a network where no kernel is needed."""
+import base64
+import json
+import os
+import subprocess
+
+import pytest
+
+from skb import libcni
+from tests.helpers import cni_env, ip_json, link_flags, run_plugin
+
+SUBCOMMANDS = ["version", "log", "add", "check", "del", "status", "gc", "netns", "doctor", "replay"]
+
+
+@pytest.fixture
+def skb(bin_dir):
+    return os.path.join(bin_dir, "skb")
+
+
+def run(skb, *args, env=None, input=None):
+    e = {"PATH": os.environ["PATH"]}
+    e.update(env or {})
+    p = subprocess.run([skb, *args], env=e, capture_output=True, text=True, input=input, timeout=120)
+    return p
+
+
+class Node:
+    """A conf dir, a cache dir and a capture file in tmp_path; the bin dir of the suite."""
+
+    def __init__(self, tmp_path, bin_dir):
+        self.conf = tmp_path / "net.d"
+        self.conf.mkdir()
+        self.cache = tmp_path / "cache"
+        self.capture = tmp_path / "capture.jsonl"
+        self.text = tmp_path / "cni_output.txt"
+        self.bin_dir = bin_dir
+
+    def write(self, name, obj):
+        (self.conf / name).write_text(obj if isinstance(obj, str) else json.dumps(obj))
+
+    def flags(self, *extra):
+        return ["--conf-dir", str(self.conf), "--cni-path", self.bin_dir, "--cache-dir", str(self.cache), *extra]
+
+    def calls(self):
+        if not self.capture.exists():
+            return []
+        return [json.loads(line) for line in self.capture.read_text().splitlines()]
+
+    def dbg(self, **extra):
+        d = {"type": "debug", "captureFile": str(self.capture), "cniOutput": str(self.text)}
+        d.update(extra)
+        return d
+
+
+@pytest.fixture
+def node(tmp_path, bin_dir):
+    return Node(tmp_path, bin_dir)
+
+
+ETH0_RESULT = {"cniVersion": "1.1.0", "interfaces": [{"name": "eth0", "sandbox": "/x"}],
+               "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 0}]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# help and colour
+
+def test_help_has_examples_for_every_subcommand(skb):
+    p = run(skb, "--help")
+    assert p.returncode == 0 and "examples:" in p.stdout
+    for sub in SUBCOMMANDS:
+        p = run(skb, sub, "--help")
+        assert p.returncode == 0, sub
+        assert "example" in p.stdout and f"skb {sub}" in p.stdout.split("example", 1)[1], sub
+
+
+def test_no_subcommand_prints_help(skb):
+    p = run(skb)
+    assert p.returncode == 2 and "usage: skb" in p.stdout
+
+
+def test_colour_only_on_request_or_a_terminal(skb, node):
+    flags = ["--conf-dir", str(node.conf), "--bin-dir", node.bin_dir, "--containerd-config=",
+             "--crio-config=", "--crio-config-dir=", "--cache-dir", str(node.cache), "--no-version"]
+    plain = run(skb, "doctor", *flags)
+    assert "\033[" not in plain.stdout and "no-config" in plain.stdout   # piped: no colour
+    coloured = run(skb, "doctor", *flags, "--color", "always")
+    assert "\033[31m" in coloured.stdout
+    assert run(skb, "--color", "always", "doctor", *flags).stdout == coloured.stdout
+    tty = subprocess.run(["script", "-qec", " ".join([skb, "doctor", *flags]), "/dev/null"], capture_output=True,
+                         text=True, env={"PATH": os.environ["PATH"], "TERM": "xterm"}, timeout=60)
+    assert "\033[31m" in tty.stdout
+    no_color = subprocess.run(["script", "-qec", " ".join([skb, "doctor", *flags]), "/dev/null"], capture_output=True,
+                              text=True, env={"PATH": os.environ["PATH"], "TERM": "xterm", "NO_COLOR": "1"}, timeout=60)
+    assert "\033[3" not in no_color.stdout
+
+
+def test_version(skb):
+    p = run(skb, "version")
+    assert p.returncode == 0 and "1.1.0" in p.stdout
+
+
+# ---------------------------------------------------------------------------------------------------
+# add / check / del, cnitool-compatible
+
+def test_add_check_del_a_chain(skb, node, tmp_path):
+    node.write("10-dbg.conflist", {"cniVersion": "1.1.0", "name": "dbg", "plugins": [
+        node.dbg(inject={"ADD": {"result": ETH0_RESULT}}),
+        node.dbg(capabilities={"portMappings": True, "mac": False})]})
+    ns = str(tmp_path / "fake-netns")   # the debug plugin never opens it
+    caps = '{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}],"mac":"c2:00:00:00:00:01"}'
+    env = {"CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAME=p", "CAP_ARGS": caps}
+    p = run(skb, "add", "dbg", ns, *node.flags(), env=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ETH0_RESULT and p.stdout.startswith('{\n    "cniVersion"')  # Go's indent
+    cid = libcni.cnitool_container_id(ns)
+    adds = node.calls()
+    assert [c["command"] for c in adds] == ["ADD", "ADD"]
+    assert adds[0]["env"] == {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": cid, "CNI_NETNS": ns, "CNI_IFNAME": "eth0",
+                              "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAME=p", "CNI_PATH": node.bin_dir}
+    second = json.loads(adds[1]["stdin"])
+    assert second["prevResult"] == ETH0_RESULT and second["name"] == "dbg"
+    assert second["runtimeConfig"] == {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}
+    cache = node.cache / "results" / f"dbg-{cid}-eth0"
+    rec = json.loads(cache.read_text())
+    assert rec["kind"] == "cniCacheV1" and rec["netns"] == ns and rec["result"] == ETH0_RESULT
+    assert json.loads(base64.b64decode(rec["config"]))["name"] == "dbg"
+    assert rec["capabilityArgs"] == json.loads(caps)
+
+    p = run(skb, "check", "dbg", ns, *node.flags(), env=env)
+    assert (p.returncode, p.stdout) == (0, ""), p.stderr
+    checks = node.calls()[2:]
+    assert [c["command"] for c in checks] == ["CHECK", "CHECK"]
+    assert all(json.loads(c["stdin"])["prevResult"] == ETH0_RESULT for c in checks)
+
+    p = run(skb, "del", "dbg", ns, *node.flags(), env=env)
+    assert (p.returncode, p.stdout) == (0, ""), p.stderr
+    dels = node.calls()[4:]
+    assert [c["command"] for c in dels] == ["DEL", "DEL"]
+    assert [json.loads(c["stdin"]).get("capabilities") for c in dels] == [{"portMappings": True, "mac": False}, None]
+    assert not cache.exists()
+    assert node.text.read_text().count("CmdDel\n") == 2
+
+
+def test_cnitool_environment(skb, node, tmp_path):
+    node.write("10-dbg.conf", {"cniVersion": "0.4.0", "name": "dbg", **node.dbg()})   # a single config
+    env = {"NETCONFPATH": str(node.conf), "CNI_PATH": f"/nonexistent:{node.bin_dir}", "CNI_IFNAME": "net1"}
+    p = run(skb, "add", "dbg", "relative/ns", "--cache-dir", str(node.cache), env=env)
+    assert p.returncode == 0, p.stderr
+    call = node.calls()[0]
+    absolute = os.path.join(os.getcwd(), "relative/ns")
+    assert call["env"]["CNI_IFNAME"] == "net1" and call["env"]["CNI_NETNS"] == absolute
+    assert call["env"]["CNI_CONTAINERID"] == libcni.cnitool_container_id(absolute)
+    assert call["env"]["CNI_PATH"] == f"/nonexistent:{node.bin_dir}"
+    assert json.loads(p.stdout) == {"cniVersion": "0.4.0", "dns": {}}
+    p = run(skb, "del", "dbg", "relative/ns", "-i", "eth5", "--cache-dir", str(node.cache), env=env)
+    assert node.calls()[1]["env"]["CNI_IFNAME"] == "eth5"   # the flag wins over CNI_IFNAME
+
+
+@pytest.mark.parametrize("args", ["A=", "A=1;", "=x", "A=1=2"])
+def test_cni_args_are_parsed_strictly(skb, node, args):
+    node.write("10-dbg.conflist", {"cniVersion": "1.0.0", "name": "dbg", "plugins": [node.dbg()]})
+    p = run(skb, "add", "dbg", "/x", *node.flags(), env={"CNI_ARGS": args})
+    assert p.returncode == 1 and "invalid CNI_ARGS pair" in p.stderr and node.calls() == []
+
+
+def test_errors_go_to_stderr_with_the_cni_code(skb, node):
+    node.write("10-dbg.conflist", {"cniVersion": "1.0.0", "name": "dbg", "plugins": [
+        node.dbg(inject={"ADD": {"error": {"code": 7, "msg": "no addresses", "details": "range full"}}})]})
+    p = run(skb, "add", "dbg", "/x", *node.flags())
+    assert p.returncode == 1 and p.stdout == ""
+    assert 'plugin type="debug" failed (add): no addresses; range full (CNI error code 7)' in p.stderr
+    p = run(skb, "add", "nope", "/x", *node.flags())
+    assert p.returncode == 1 and f'no net configuration with name "nope" in {node.conf}' in p.stderr
+    p = run(skb, "add", "dbg", "/x", *node.flags()[:2], "--cni-path", "/nonexistent")
+    assert 'failed to find plugin "debug" in path [/nonexistent]' in p.stderr
+    p = run(skb, "add", "dbg", *node.flags())
+    assert p.returncode == 2   # argparse: NETNS missing
+
+
+def test_verbose_lists_each_plugin_run(skb, node):
+    node.write("10-dbg.conflist", {"cniVersion": "1.0.0", "name": "dbg", "plugins": [node.dbg(), node.dbg()]})
+    p = run(skb, "add", "dbg", "/x", *node.flags("-v"))
+    assert p.stderr.count(f"ADD {os.path.join(node.bin_dir, 'debug')} -> exit 0") == 2
+
+
+def test_check_refused_before_0_4_0(skb, node):
+    node.write("10-dbg.conflist", {"cniVersion": "0.3.1", "name": "dbg", "plugins": [node.dbg()]})
+    p = run(skb, "check", "dbg", "/x", *node.flags())
+    assert p.returncode == 1 and 'configuration version "0.3.1" does not support the CHECK command' in p.stderr
+
+
+def test_status(skb, node):
+    node.write("10-a.conflist", {"cniVersion": "1.1.0", "name": "a", "plugins": [
+        node.dbg(), node.dbg(inject={"STATUS": {"error": {"code": 50, "msg": "no free address"}}}), node.dbg()]})
+    p = run(skb, "status", "a", *node.flags())
+    assert p.returncode == 1 and "no free address (CNI error code 50)" in p.stderr
+    assert [c["command"] for c in node.calls()] == ["STATUS", "STATUS"]   # stops at the first error
+
+
+def test_gc_sends_the_valid_attachments(skb, node, tmp_path):
+    node.write("10-g.conflist", {"cniVersion": "1.1.0", "name": "g", "plugins": [node.dbg()]})
+    live = tmp_path / "live-ns"
+    live.write_text("")
+    for ns in (str(live), str(tmp_path / "gone-ns")):
+        assert run(skb, "add", "g", ns, *node.flags()).returncode == 0
+    node.capture.unlink()
+    p = run(skb, "gc", "g", *node.flags("--keep-live", "--valid", "other:eth1"))
+    assert p.returncode == 0, p.stderr
+    calls = node.calls()
+    assert [c["command"] for c in calls] == ["DEL", "GC"]
+    assert calls[0]["env"]["CNI_NETNS"] == str(tmp_path / "gone-ns")
+    gc = json.loads(calls[1]["stdin"])
+    want = [{"containerID": "other", "ifname": "eth1"},
+            {"containerID": libcni.cnitool_container_id(str(live)), "ifname": "eth0"}]
+    assert gc["cni.dev/valid-attachments"] == want and gc["cni.dev/attachments"] == want
+    assert gc["name"] == "g" and "prevResult" not in gc
+    node.capture.unlink()
+    assert run(skb, "gc", "g", "ignored-netns", *node.flags()).returncode == 0   # cnitool: nothing is valid
+    calls = node.calls()
+    assert [c["command"] for c in calls] == ["DEL", "GC"] and "cni.dev/valid-attachments" not in calls[1]["stdin"]
+    assert not list((node.cache / "results").iterdir())
+    p = run(skb, "gc", "g", *node.flags("--valid", "no-colon"))
+    assert p.returncode == 1 and "expected CONTAINERID:IFNAME" in p.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# log
+
+def test_log_numbers_records(skb, node):
+    node.write("10-dbg.conflist", {"cniVersion": "1.0.0", "name": "dbg", "plugins": [
+        node.dbg(inject={"DEL": {"error": {"code": 11, "msg": "later"}}})]})
+    run(skb, "add", "dbg", "/x", *node.flags())
+    run(skb, "del", "dbg", "/x", *node.flags())
+    p = run(skb, "log", str(node.capture))
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("#1 ") and " ADD " in lines[0] and " ok " in lines[0]
+    assert any(line.startswith("#2 ") and "FAILED (exit 1)" in line for line in lines)
+    assert any("stdout:" in line and "later" in line for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# against the kernel (inside the sandbox)
+
+@pytest.mark.kernel
+def test_netns_add_list_del(skb):
+    name = "skbcli-" + os.urandom(3).hex()
+    p = run(skb, "netns", "add", name)
+    assert p.returncode == 0 and p.stdout.strip() == f"/run/netns/{name}"
+    assert name in run(skb, "netns", "list").stdout.split()
+    assert name in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "UP" not in link_flags("lo", name)               # as ip netns add leaves it
+    assert ip_json("link", "show", netns=name)[0]["ifname"] == "lo"
+    p = run(skb, "netns", "add", name)
+    assert p.returncode == 1 and "exists already" in p.stderr
+    assert run(skb, "netns", "del", name).returncode == 0
+    assert not os.path.exists(f"/run/netns/{name}")
+    p = run(skb, "netns", "del", name)
+    assert p.returncode == 1 and "no such file" in p.stderr
+
+
+@pytest.mark.kernel
+def test_add_and_del_loopback_in_a_named_netns(skb, node, bin_dir):
+    name = "skbcli-" + os.urandom(3).hex()
+    assert run(skb, "netns", "add", name).returncode == 0
+    try:
+        node.write("10-lo.conflist", {"cniVersion": "1.0.0", "name": "lo-net", "plugins": [{"type": "loopback"}]})
+        p = run(skb, "add", "lo-net", name, *node.flags())          # a bare name means /run/netns/NAME
+        assert p.returncode == 0, p.stderr
+        res = json.loads(p.stdout)
+        assert res["interfaces"][0]["sandbox"] == f"/run/netns/{name}"
+        assert "UP" in link_flags("lo", name)
+        assert run(skb, "check", "lo-net", f"/run/netns/{name}", *node.flags()).returncode == 0
+        assert run(skb, "del", "lo-net", name, *node.flags()).returncode == 0
+        assert "UP" not in link_flags("lo", name)
+        assert "UP" in link_flags("lo")
+    finally:
+        run(skb, "netns", "del", name)
+
+
+@pytest.mark.kernel
+def test_ptp_host_local_round_trip_and_gc_frees_leaked_addresses(skb, node, tmp_path, make_netns):
+    data = tmp_path / "ipam"
+    node.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": {"type": "host-local", "subnet": "10.77.0.0/24", "dataDir": str(data)}}]})
+    a, b = make_netns(), make_netns()
+    for ns in (a, b):
+        p = run(skb, "add", "pods", ns, *node.flags())
+        assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["ips"][0]["address"].startswith("10.77.0.")
+    assert sorted(f for f in os.listdir(data / "pods") if f.startswith("10.")) == ["10.77.0.2", "10.77.0.3"]
+    subprocess.run(["ip", "netns", "del", b], check=True)     # the container of b dies without a DEL
+    p = run(skb, "gc", "pods", *node.flags("--keep-live"))
+    assert p.returncode == 0, p.stderr
+    assert sorted(f for f in os.listdir(data / "pods") if f.startswith("10.")) == ["10.77.0.2"]
+    assert run(skb, "del", "pods", a, *node.flags()).returncode == 0
+    assert [f for f in os.listdir(data / "pods") if f.startswith("10.")] == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# replay
+
+def _capture_one(node, debug, command="ADD", netns="/run/netns/gone", **conf):
+    c = {"cniVersion": "1.0.0", "name": "r", **node.dbg(), **conf}
+    r = run_plugin(debug, cni_env(command, netns=netns, path=node.bin_dir), c)
+    return r
+
+
+def test_replay_same_outcome(skb, node, bin_dir):
+    _capture_one(node, os.path.join(bin_dir, "debug"), netns="/x", prevResult=ETH0_RESULT | {"cniVersion": "1.0.0"})
+    p = run(skb, "replay", str(node.capture), "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["same"] is True and out["replayed"]["exitCode"] == 0 and out["record"] == 1
+    assert out["plugin"] == os.path.join(node.bin_dir, "debug")
+
+
+def test_replay_shows_a_difference_next_to_the_recording(skb, node, bin_dir, tmp_path):
+    _capture_one(node, os.path.join(bin_dir, "debug"), netns="/x")
+    other = tmp_path / "other-plugin"
+    other.write_text('#!/bin/sh\ncat >/dev/null\necho \'{"code":7,"msg":"different"}\'\nexit 1\n')
+    other.chmod(0o755)
+    p = run(skb, "replay", str(node.capture), "--plugin", str(other), env={"COLUMNS": "140"})
+    assert p.returncode == 1
+    assert "recorded" in p.stdout and "replayed" in p.stdout and "DIFFERENT" in p.stdout
+    row = next(line for line in p.stdout.splitlines() if line.startswith("exit 0"))
+    assert " * exit 1" in row   # side by side, marked as different
+    p = run(skb, "replay", str(node.capture), "--plugin", str(other), env={"COLUMNS": "60"})
+    assert "recorded:" in p.stdout and "replayed:" in p.stdout   # narrow: one above the other
+
+
+def test_replay_selects_records(skb, node, bin_dir):
+    debug = os.path.join(bin_dir, "debug")
+    for command in ("ADD", "CHECK", "DEL"):
+        _capture_one(node, debug, command=command, netns="/x")
+    out = json.loads(run(skb, "replay", str(node.capture), "-n", "2", "--json").stdout)
+    assert out["command"] == "CHECK"
+    out = json.loads(run(skb, "replay", str(node.capture), "--command", "ADD", "--json").stdout)
+    assert out["command"] == "ADD"
+    p = run(skb, "replay", str(node.capture), "-n", "9")
+    assert p.returncode == 2 and "there is no record 9" in p.stderr
+
+
+def test_replay_reads_the_reference_text_record(skb, node, bin_dir):
+    _capture_one(node, os.path.join(bin_dir, "debug"), netns="/x")
+    p = run(skb, "replay", str(node.text), "--json")
+    out = json.loads(p.stdout)
+    assert p.returncode == 0 and out["recorded"] is None and out["replayed"]["exitCode"] == 0
+    assert out["env"]["CNI_CONTAINERID"] == "ctr1" and out["plugin"] == os.path.join(node.bin_dir, "debug")
+
+
+@pytest.mark.kernel
+def test_replay_in_a_scratch_netns_when_the_captured_one_is_gone(skb, node, bin_dir, make_netns):
+    ns = make_netns()
+    log = node.capture
+    r = run_plugin(os.path.join(bin_dir, "loopback"), cni_env("ADD", netns=f"/run/netns/{ns}", path=bin_dir),
+                   {"cniVersion": "1.0.0", "name": "lo-net", "type": "loopback", "skbDebugLog": str(log)})
+    assert r.rc == 0
+    subprocess.run(["ip", "netns", "del", ns], check=True)
+    before = set(os.listdir("/run/netns"))
+    p = run(skb, "replay", str(log), "--json")
+    out = json.loads(p.stdout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert out["same"] is True and "is gone" in out["netnsNote"]
+    scratch = out["env"]["CNI_NETNS"]
+    assert scratch != f"/run/netns/{ns}" and json.loads(out["replayed"]["stdout"])["interfaces"][0]["sandbox"] == scratch
+    assert set(os.listdir("/run/netns")) == before          # the scratch netns is gone again
+    p = run(skb, "replay", str(log), "--json", "--keep-netns")
+    kept = json.loads(p.stdout)["keptNetns"]
+    assert os.path.basename(kept) in os.listdir("/run/netns") and "UP" in link_flags("lo", os.path.basename(kept))
+    run(skb, "netns", "del", os.path.basename(kept))
