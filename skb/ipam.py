@@ -113,9 +113,19 @@ def _in_process(path, conf, environ):
 # --------------------------------------------------------------------------------------------------
 # Running the delegate
 
-def _environ(command, environ):
+def _environ(command, args, environ):
+    """The caller's environment with CNI_COMMAND overridden (libcni's DelegateArgs). The other CNI_*
+    variables are the call's own (``args``): equal to the process environment's when we run as a
+    process, and right too when a plugin runs in-process with an environment of its own (tests)."""
     env = dict(os.environ if environ is None else environ)
     env["CNI_COMMAND"] = command
+    for var, value in (("CNI_CONTAINERID", args.container_id), ("CNI_NETNS", args.netns),
+                       ("CNI_IFNAME", args.ifname), ("CNI_ARGS", args.args)):
+        env[var] = value
+    if [p for p in env.get("CNI_PATH", "").split(":") if p] != list(args.path):
+        env["CNI_PATH"] = ":".join(args.path)
+    if args.netns_override and env.get("CNI_NETNS_OVERRIDE", "").lower() not in ("1", "true"):
+        env["CNI_NETNS_OVERRIDE"] = "1"
     return env
 
 
@@ -123,7 +133,7 @@ def _execute(command, args, conf, stdin, environ):
     """Run the IPAM plugin for ``command``; return its stdout (bytes) on success, raise its error."""
     plugin = plugin_type(conf)
     path = find_in_path(plugin, args.path)
-    env = _environ(command, environ)
+    env = _environ(command, args, environ)
     inproc = _in_process(path, conf, env)
     if env.get("SKB_IPAM_TRACE") == "1":   # for tests: which path was taken
         _pass_stderr(f"skb-cni: IPAM {command} {plugin}: {'in-process' if inproc else 'exec ' + path}\n".encode())

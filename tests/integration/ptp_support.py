@@ -35,8 +35,8 @@ class Ptp:
         self.cni_path = cni_path
         self.extra_env = dict(extra_env or {})
 
-    def __call__(self, command, conf, netns="", containerid="ctr1", ifname="eth0", **env):
-        e = cni_env(command, containerid=containerid, netns=netns, ifname=ifname, path=self.cni_path)
+    def __call__(self, command, conf, netns="", containerid="ctr1", ifname="eth0", args="", **env):
+        e = cni_env(command, containerid=containerid, netns=netns, ifname=ifname, args=args, path=self.cni_path)
         e.update(self.extra_env)
         e.update(env)
         return run_plugin(self.exe, e, conf)
