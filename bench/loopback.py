@@ -1,0 +1,229 @@
+"""Loopback ADD: our frozen plugin against the Go reference, in one run, inside the sandbox.
+
+    make bench                                   (builds, then runs this inside tests/sandbox)
+    tests/sandbox /usr/bin/python3 bench/loopback.py [--bin-dir DIR] [-n 40] [--warmup 5]
+
+Without --bin-dir: $SKB_BIN_DIR, else `make build` and an install into a temporary dir. Run outside a
+sandbox, it re-executes itself through tests/sandbox: plugins never touch this machine's netns.
+
+What is measured, per call: wall time from fork to reaped exit, and peak RSS (ru_maxrss from wait4). Each
+call is made by a tiny static C runner compiled here, not by Python: a child forked from a Python parent
+inherits the parent's RSS high-water mark (~11 MB), which would hide the plugins' own.
+Variants, interleaved round by round (order rotated) so drift hits all alike:
+  ours       <bin-dir>/loopback                      (launcher -> bundled loader -> frozen bundle)
+  go         /usr/lib/cni/loopback                   (containernetworking-plugins 1.1.1)
+  src -I -S  /usr/bin/python3 -I -S, same code from the source tree
+  src -I     /usr/bin/python3 -I, same code from the source tree
+  floor      /usr/bin/python3 -I -S -c pass          (no ADD: the floor of any per-call Python design)
+Every ADD gets the same work: one netns per variant, lo set DOWN (untimed) before each call, then the
+result and lo's UP flag are checked. cniVersion 1.0.0 (the Go plugin's newest).
+Targets: ours/go ADD median <= 4x, peak RSS <= 3x.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"  # Debian's interpreter, never a version-manager shim
+GO_DEFAULT = "/usr/lib/cni"
+TARGET_TIME, TARGET_RSS = 4.0, 3.0
+
+RUNNER_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+/* runner IN OUT ERR PROG ARGS...: run PROG once; print "<wall ns> <ru_maxrss KB> <wait status>". */
+int main(int argc, char **argv) {
+    if (argc < 5) return 2;
+    int in = open(argv[1], O_RDONLY), out = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0600),
+        err = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || out < 0 || err < 0) return 2;
+    struct timespec a, b;
+    struct rusage ru;
+    int st;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in, 0), dup2(out, 1), dup2(err, 2);
+        execv(argv[4], argv + 4);
+        _exit(127);
+    }
+    if (pid < 0 || wait4(pid, &st, 0, &ru) < 0) return 2;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%lld %ld %d\n", (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec),
+           ru.ru_maxrss, st);
+    return 0;
+}
+"""
+
+
+def in_sandbox():
+    """Inside tests/sandbox: our netns differs from the one it recorded before unsharing (and from PID 1's,
+    where that is readable; some machines deny even root a look)."""
+    outer = os.environ.get("SKB_OUTER_NETNS", "")
+    own = os.stat("/proc/self/ns/net")
+    if not outer or outer == f"{own.st_dev}:{own.st_ino}":
+        return False
+    try:
+        init = os.stat("/proc/1/ns/net")
+    except OSError:
+        return True
+    return (own.st_dev, own.st_ino) != (init.st_dev, init.st_ino)
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def build_runner(tmp):
+    src = os.path.join(tmp, "runner.c")
+    exe = os.path.join(tmp, "runner")
+    with open(src, "w") as f:
+        f.write(RUNNER_C)
+    for cc in (["musl-gcc", "-static"], ["gcc", "-static"], ["gcc"], ["cc"]):
+        if shutil.which(cc[0]) and subprocess.run(cc + ["-O2", "-o", exe, src], capture_output=True).returncode == 0:
+            return exe
+    sys.exit("bench: no C compiler for the runner (make deps installs gcc and musl-tools)")
+
+
+def default_bin_dir(tmp):
+    if os.environ.get("SKB_BIN_DIR"):
+        return os.environ["SKB_BIN_DIR"]
+    subprocess.run(["make", "-C", ROOT, "build"], check=True, stdout=subprocess.DEVNULL)
+    dest = os.path.join(tmp, "bin")
+    subprocess.run([PY, os.path.join(ROOT, "build", "bundle.py"), "install", os.path.join(ROOT, "dist", "bin"),
+                    dest], check=True, stdout=subprocess.DEVNULL)
+    return dest
+
+
+def source_tree_path(tmp):
+    """A sys.path entry holding the packages under their import names (plugins/ is skb_plugins)."""
+    path = os.path.join(tmp, "src")
+    os.makedirs(path)
+    os.symlink(os.path.join(ROOT, "skb"), os.path.join(path, "skb"))
+    os.symlink(os.path.join(ROOT, "plugins"), os.path.join(path, "skb_plugins"))
+    return path
+
+
+def pct(values, p):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="loopback ADD: ours vs Go, latency and peak RSS")
+    ap.add_argument("--bin-dir", help="installed skb-cni bin dir (default: $SKB_BIN_DIR or build+install)")
+    ap.add_argument("--go-dir", default=GO_DEFAULT, help="Go reference plugins (default %(default)s)")
+    ap.add_argument("-n", type=int, default=40, help="measured calls per variant (default %(default)s)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--cni-version", default="1.0.0")
+    ap.add_argument("--json", help="also write the numbers to this file")
+    args = ap.parse_args(argv)
+
+    if not in_sandbox():
+        if os.environ.get("SKB_SANDBOX_INNER"):
+            sys.exit("bench: inside tests/sandbox but its netns cannot be told from the machine's: refusing")
+        sandbox = os.path.join(ROOT, "tests", "sandbox")
+        os.execv(sandbox, [sandbox, PY, os.path.abspath(__file__)] + (argv if argv is not None else sys.argv[1:]))
+
+    tmp = tempfile.mkdtemp(prefix="skb-bench.")
+    try:
+        return bench(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench(args, tmp):
+    runner = build_runner(tmp)
+    bin_dir = os.path.abspath(args.bin_dir) if args.bin_dir else default_bin_dir(tmp)
+    src = source_tree_path(tmp)
+    boot = f"import sys; sys.path.insert(0, {src!r}); from skb.applets import main; sys.exit(main(['loopback']))"
+    variants = [
+        ("ours", [os.path.join(bin_dir, "loopback")], True),
+        ("go", [os.path.join(args.go_dir, "loopback")], True),
+        ("src -I -S", [PY, "-I", "-S", "-c", boot], True),
+        ("src -I", [PY, "-I", "-c", boot], True),
+        ("floor", [PY, "-I", "-S", "-c", "pass"], False),
+    ]
+    for name, cmd, _ in variants:
+        if not os.access(cmd[0], os.X_OK):
+            sys.exit(f"bench: {name}: {cmd[0]} is not executable")
+
+    conf = os.path.join(tmp, "conf.json")
+    with open(conf, "w") as f:
+        json.dump({"cniVersion": args.cni_version, "name": "bench", "type": "loopback"}, f)
+    out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+    netns = {}
+    for i, (name, _, add) in enumerate(variants):
+        if add:
+            netns[name] = f"skb-bench-{i}"
+            sh("ip", "netns", "add", netns[name])
+
+    samples = {name: ([], []) for name, _, _ in variants}
+    for rnd in range(args.warmup + args.n):
+        k = rnd % len(variants)
+        for name, cmd, add in variants[k:] + variants[:k]:
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+            if add:
+                ns = netns[name]
+                sh("ip", "-n", ns, "link", "set", "lo", "down")
+                env.update(CNI_COMMAND="ADD", CNI_CONTAINERID=f"bench{rnd}", CNI_NETNS=f"/run/netns/{ns}",
+                           CNI_IFNAME="lo", CNI_ARGS="", CNI_PATH=args.go_dir)
+            line = sh(runner, conf, out, err, *cmd, env=env).split()
+            wall_ns, rss_kb, status = int(line[0]), int(line[1]), int(line[2])
+            if status != 0:
+                with open(out) as fo, open(err) as fe:
+                    sys.exit(f"bench: {name} failed (wait status {status})\nstdout: {fo.read()}\nstderr: {fe.read()}")
+            if add:
+                with open(out) as fo:
+                    result = json.load(fo)
+                flags = json.loads(sh("ip", "-j", "-n", netns[name], "link", "show", "lo"))[0]["flags"]
+                if "UP" not in flags or result.get("cniVersion") != args.cni_version:
+                    sys.exit(f"bench: {name}: lo not UP after ADD ({flags}) or wrong result {result}")
+            if rnd >= args.warmup:
+                samples[name][0].append(wall_ns / 1e6)
+                samples[name][1].append(rss_kb)
+    for ns in netns.values():
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+    stats = {}
+    for name, (times, rss) in samples.items():
+        stats[name] = {"median_ms": statistics.median(times), "p90_ms": pct(times, 90), "min_ms": min(times),
+                       "rss_kb": max(rss), "rss_median_kb": statistics.median(rss), "n": len(times)}
+    go = stats["go"]
+    print(f"loopback ADD, cniVersion {args.cni_version}, n={args.n} after {args.warmup} warm-up rounds, "
+          f"interleaved; ours = {bin_dir}")
+    print(f"{'variant':11} {'median ms':>10} {'p90 ms':>8} {'min ms':>8} {'peak RSS KB':>12} "
+          f"{'time/go':>8} {'RSS/go':>7}")
+    for name, s in stats.items():
+        print(f"{name:11} {s['median_ms']:10.2f} {s['p90_ms']:8.2f} {s['min_ms']:8.2f} {s['rss_kb']:12d} "
+              f"{s['median_ms'] / go['median_ms']:7.2f}x {s['rss_kb'] / go['rss_kb']:6.2f}x")
+    ours = stats["ours"]
+    t_ratio, r_ratio = ours["median_ms"] / go["median_ms"], ours["rss_kb"] / go["rss_kb"]
+    print(f"ours over `src -I -S` (the freezing's own cost): {ours['median_ms'] - stats['src -I -S']['median_ms']:+.2f} ms")
+    bundle = os.path.realpath(os.path.join(bin_dir, ".skb"))
+    size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(bundle) for f in fs)
+    print(f"sizes: bundle {os.path.basename(bundle)} {size / 1e6:.1f} MB, "
+          f"launcher {os.path.getsize(os.path.join(bin_dir, 'loopback'))} bytes")
+    verdict = []
+    verdict.append(f"ADD median {t_ratio:.2f}x Go (target <= {TARGET_TIME:g}x): "
+                   + ("ok" if t_ratio <= TARGET_TIME else "MISSED"))
+    verdict.append(f"peak RSS {r_ratio:.2f}x Go (target <= {TARGET_RSS:g}x): "
+                   + ("ok" if r_ratio <= TARGET_RSS else "MISSED"))
+    print("\n".join(verdict))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"bin_dir": bin_dir, "stats": stats, "bundle_bytes": size}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
