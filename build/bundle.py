@@ -245,7 +245,7 @@ def remove_dir(dest, name):
 
 def mapped_by_someone(path):
     """True when a process (that we can see) has a file of ``path`` mapped: a plugin still running from it."""
-    prefix = path.rstrip("/") + "/"
+    prefix = os.path.realpath(path).rstrip("/") + "/"  # maps name files by their resolved paths
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
