@@ -583,8 +583,8 @@ def reservations(store):
             continue
         path = os.path.join(store, name)
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                content = f.read()
+            with open(path, "rb") as f:   # binary: text mode would fold the "\r\n" separator
+                content = f.read().decode("utf-8", "replace")
         except OSError:
             continue
         cid, sep, ifname = content.partition("\r\n")

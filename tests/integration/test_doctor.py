@@ -1,0 +1,502 @@
+"""skb doctor: every diagnosis, each from a broken set-up built in temp dirs (and, for the node checks,
+in sandbox namespaces). Runtime configuration paths are always given, so the machine's /etc is never read."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from skb import libcni
+from tests.helpers import GO_BIN_DIR
+
+HOST_LOCAL_POD = {"type": "host-local", "subnet": "10.66.0.0/24"}
+
+
+@pytest.fixture
+def skb(bin_dir):
+    return os.path.join(bin_dir, "skb")
+
+
+class Setup:
+    def __init__(self, tmp_path, bin_dir):
+        self.tmp = tmp_path
+        self.conf = tmp_path / "net.d"
+        self.conf.mkdir()
+        self.bins = [bin_dir]
+        self.cache = tmp_path / "cache"
+        self.containerd = ""
+        self.crio = ""
+        self.crio_dir = ""
+
+    def write(self, name, obj, where=None):
+        path = (where or self.conf) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(obj if isinstance(obj, str) else json.dumps(obj, indent=2))
+        return path
+
+    def args(self, *extra, dirs=True):
+        out = [f"--containerd-config={self.containerd}", f"--crio-config={self.crio}",
+               f"--crio-config-dir={self.crio_dir}", "--cache-dir", str(self.cache), *extra]
+        if dirs:
+            out = ["--conf-dir", str(self.conf), "--bin-dir", ":".join(self.bins)] + out
+        return out
+
+
+@pytest.fixture
+def setup(tmp_path, bin_dir):
+    return Setup(tmp_path, bin_dir)
+
+
+def doctor(skb, setup, *extra, dirs=True, prefix=()):
+    p = subprocess.run([*prefix, skb, "doctor", "--json", *setup.args(*extra, dirs=dirs)], capture_output=True,
+                       text=True, timeout=180)
+    out = json.loads(p.stdout)
+    out["rc"] = p.returncode
+    out["all"] = out["problems"] + out["notes"]
+    return out
+
+
+def codes(out, severity=None):
+    return [f["code"] for f in out["all"] if severity in (None, f["severity"])]
+
+
+def find(out, code):
+    found = [f for f in out["all"] if f["code"] == code]
+    assert found, f"no {code} finding in {json.dumps(out['all'], indent=1)}"
+    return found
+
+
+def lo_conflist(name="lo-net", version="1.0.0"):
+    return {"cniVersion": version, "name": name, "plugins": [{"type": "loopback"}]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# a healthy node, and the report format
+
+def test_healthy_setup_has_no_problems(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    out = doctor(skb, setup)
+    assert out["rc"] == 0 and out["problems"] == [], out["problems"]
+    note = find(out, "default-network")[0]
+    assert note["what"] == 'pod network: "lo-net" from 10-lo.conflist'
+    assert out["checked"] == [{"source": "flags", "confDir": str(setup.conf), "binDirs": setup.bins,
+                               "defaultNetwork": "", "origin": "--conf-dir/--bin-dir"}]
+
+
+def test_text_report_is_one_line_per_problem_then_a_summary(skb, setup):
+    setup.write("10-a.conflist", {"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "nosuch"}]})
+    setup.write("20-b.conflist", "{,}")
+    p = subprocess.run([skb, "doctor", *setup.args()], capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    assert p.returncode == 1
+    problems = [line for line in lines if line.startswith(("error", "warning"))]
+    assert len(problems) == 2
+    assert all("| evidence:" in line and "| fix:" in line for line in problems)
+    assert lines[-1].startswith("skb doctor: 2 errors, 0 warnings") and str(setup.conf) in lines[-1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# the conf dir
+
+def test_no_config_dir(skb, setup):
+    setup.conf.rmdir()
+    out = doctor(skb, setup)
+    f = find(out, "no-config")[0]
+    assert out["rc"] == 1 and f["severity"] == "error" and "does not exist" in f["what"]
+
+
+def test_no_config_file(skb, setup):
+    setup.write("README", "nothing to see")
+    out = doctor(skb, setup)
+    f = find(out, "no-config")[0]
+    assert f["what"] == f"no network configuration in {setup.conf}"
+    assert "README" in f["evidence"] and "cni config uninitialized" in f["evidence"]
+
+
+def test_conflist_under_a_wrong_extension(skb, setup):
+    setup.write("10-pods.yaml", lo_conflist("pods"))
+    setup.write("20-old.conflist.bak", lo_conflist("old"))
+    setup.write("30-lo.conflist", lo_conflist())
+    out = doctor(skb, setup)
+    wrong = {f["where"].rsplit("/", 1)[1]: f for f in find(out, "wrong-extension")}
+    assert wrong["10-pods.yaml"]["severity"] == "warning" and "rename it to 10-pods.conflist" in wrong["10-pods.yaml"]["fix"]
+    assert wrong["20-old.conflist.bak"]["severity"] == "note"   # a backup: worth knowing, not a problem
+
+
+def test_conflist_in_a_conf_file(skb, setup):
+    setup.write("10-pods.conf", lo_conflist("pods"))
+    out = doctor(skb, setup)
+    f = find(out, "wrong-extension")[0]
+    assert f["severity"] == "error" and "missing 'type'" in f["evidence"] and "10-pods.conflist" in f["fix"]
+
+
+def test_conflist_without_plugins(skb, setup):
+    setup.write("10-single.conflist", {"cniVersion": "1.0.0", "name": "single", "type": "loopback"})
+    out = doctor(skb, setup)
+    f = find(out, "no-plugins")[0]
+    assert f["severity"] == "error"
+    assert "no 'plugins' key" in f["evidence"] and "no plugin configs found" in f["evidence"]
+    assert "10-single.conf" in f["fix"]
+
+
+def test_conflist_with_plugins_in_its_subdirectory_is_fine(skb, setup):
+    setup.write("10-agg.conflist", {"cniVersion": "1.0.0", "name": "agg"})
+    setup.write("agg/10-lo.conf", {"type": "loopback"})
+    out = doctor(skb, setup)
+    assert out["problems"] == []
+
+
+def test_invalid_json_with_line_and_column(skb, setup):
+    setup.write("10-pods.conflist", '{\n  "cniVersion": "1.0.0",\n  "name": "pods",\n  "plugins": [{"type": "loopback"}],\n}\n')
+    out = doctor(skb, setup)
+    f = find(out, "invalid-json")[0]
+    assert f["severity"] == "error" and f["what"] == "10-pods.conflist is not valid JSON"
+    assert f["evidence"].startswith("line 4, column 36: trailing comma")
+    assert f["fix"] == f"fix line 4 of {setup.conf}/10-pods.conflist"
+
+
+def test_other_load_errors_use_libcnis_words(skb, setup):
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"ipam": {}}]})
+    f = find(doctor(skb, setup), "load-error")[0]
+    assert f["evidence"] == "failed to parse plugin config 0: error parsing configuration: missing 'type'"
+
+
+def test_which_file_wins_and_which_are_shadowed(skb, setup):
+    setup.write("05-pods.conf", {"cniVersion": "1.0.0", "name": "pods", "type": "loopback"})
+    setup.write("10-pods.conflist", lo_conflist("pods"))
+    setup.write("20-other.conflist", lo_conflist("other"))
+    out = doctor(skb, setup)
+    assert find(out, "default-network")[0]["what"] == 'pod network: "pods" from 05-pods.conf'
+    shadowed = find(out, "shadowed")
+    warning = [f for f in shadowed if f["severity"] == "warning"]
+    assert len(warning) == 1 and warning[0]["what"].startswith("05-pods.conf is shadowed")  # .conflist first
+    note = [f for f in shadowed if f["severity"] == "note"][0]
+    assert "10-pods.conflist" in note["what"] and "20-other.conflist" in note["what"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# plugins
+
+def test_plugin_missing(skb, setup):
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "nosuch"}, {"type": "loopback", "ipam": {"type": "no-ipam"}}]})
+    out = doctor(skb, setup)
+    missing = find(out, "plugin-missing")
+    assert [f["what"] for f in missing] == ['plugin "nosuch" (plugin) is not installed',
+                                            'plugin "no-ipam" (IPAM of loopback) is not installed']
+    assert missing[0]["evidence"].startswith(f'failed to find plugin "nosuch" in path [{setup.bins[0]}]')
+
+
+def test_plugin_not_executable(skb, setup, tmp_path):
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    (bins / "tool").write_text("#!/bin/sh\n")
+    (bins / "tool").chmod(0o644)
+    setup.bins = [str(bins)]
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "tool"}]})
+    f = find(doctor(skb, setup), "plugin-not-executable")[0]
+    assert f["fix"] == f"chmod 755 {bins}/tool" and "0o644" in f["evidence"]
+
+
+def _fake_plugin(d, name, script):
+    d.mkdir(exist_ok=True)
+    path = d / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path
+
+
+def test_version_unsupported(skb, setup, tmp_path):
+    _fake_plugin(tmp_path / "bin", "old", 'echo \'{"cniVersion":"0.4.0","supportedVersions":["0.3.1","0.4.0"]}\'\n')
+    setup.bins.append(str(tmp_path / "bin"))
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "old"}]})
+    f = find(doctor(skb, setup), "version-unsupported")[0]
+    assert f["what"].startswith('plugin old does not support config version "1.0.0"')
+    assert "['0.3.1', '0.4.0']" in f["evidence"] and "0.4.0" in f["fix"]
+    assert "version-unsupported" not in codes(doctor(skb, setup, "--no-version"))
+
+
+def test_version_failed(skb, setup, tmp_path):
+    _fake_plugin(tmp_path / "bin", "broken", "echo garbage; exit 1\n")
+    setup.bins.append(str(tmp_path / "bin"))
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "broken"}]})
+    f = find(doctor(skb, setup), "version-failed")[0]
+    assert "error parsing its diagnostic message" in f["evidence"] and "podman drops" in f["evidence"]
+
+
+@pytest.mark.gobin
+def test_go_plugin_that_predates_1_1_0(skb, setup):
+    setup.bins = [GO_BIN_DIR]
+    setup.write("10-pods.conflist", lo_conflist("pods", "1.1.0"))
+    f = find(doctor(skb, setup), "version-unsupported")[0]
+    assert f["what"].startswith('plugin loopback does not support config version "1.1.0"')
+    setup.write("10-pods.conflist", lo_conflist("pods", "1.0.0"))
+    assert "version-unsupported" not in codes(doctor(skb, setup))
+
+
+# ---------------------------------------------------------------------------------------------------
+# where runtimes look
+
+CONTAINERD_V2 = """version = 2
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = "{bin}"
+  conf_dir = "{conf}"
+"""
+CONTAINERD_V3 = """version = 3
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["{bin}", "/usr/lib/cni"]
+  conf_dir = "{conf}"
+"""
+
+
+def test_dirs_from_containerd_config(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V2.format(bin=setup.bins[0], conf=setup.conf),
+                                       setup.tmp))
+    out = doctor(skb, setup, dirs=False)
+    assert out["checked"][0]["source"] == "containerd" and out["checked"][0]["confDir"] == str(setup.conf)
+    assert out["checked"][0]["binDirs"] == setup.bins and out["rc"] == 0
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V3.format(bin=setup.bins[0], conf=setup.conf),
+                                       setup.tmp))
+    assert doctor(skb, setup, dirs=False)["checked"][0]["binDirs"] == [setup.bins[0], "/usr/lib/cni"]
+
+
+def test_containerd_and_crio_disagree(skb, setup, tmp_path):
+    other = tmp_path / "crio-net.d"
+    other.mkdir()
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.write("10-lo.conflist", lo_conflist(), other)
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V2.format(bin=setup.bins[0], conf=setup.conf),
+                                       setup.tmp))
+    crio_dir = tmp_path / "crio.conf.d"
+    setup.crio = str(setup.write("crio.conf", '[crio.network]\nnetwork_dir = "/etc/cni/net.d/"\n', tmp_path))
+    setup.write("10-net.conf", f'[crio.network]\nnetwork_dir = "{other}/"\nplugin_dirs = ["{setup.bins[0]}/"]\n',
+                crio_dir)   # the drop-in overrides crio.conf
+    setup.crio_dir = str(crio_dir)
+    out = doctor(skb, setup, dirs=False)
+    f = find(out, "runtime-dirs-disagree")
+    assert len(f) == 1 and f[0]["what"] == f"containerd reads CNI configs from {setup.conf} but CRI-O from {other}/"
+    assert "crio.conf.d/10-net.conf" in f[0]["evidence"]
+    assert [v["source"] for v in out["checked"]] == ["containerd", "CRI-O"]
+
+
+def test_flags_that_differ_from_the_runtime(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V2.format(bin="/opt/cni/bin", conf="/etc/cni/net.d"),
+                                       setup.tmp))
+    out = doctor(skb, setup)
+    whats = [f["what"] for f in find(out, "runtime-dirs-disagree")]
+    assert f"flags reads CNI configs from {setup.conf} but containerd from /etc/cni/net.d" in whats
+    assert any("runs plugins from" in w for w in whats)
+
+
+def test_crio_default_network_by_name(skb, setup, tmp_path):
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.write("20-pods.conflist", lo_conflist("pods"))
+    setup.crio = str(setup.write("crio.conf", f'[crio.network]\nnetwork_dir = "{setup.conf}"\nplugin_dirs = '
+                                              f'["{setup.bins[0]}"]\ncni_default_network = "pods"\n', tmp_path))
+    out = doctor(skb, setup, dirs=False)
+    assert find(out, "default-network")[0]["what"] == 'pod network: "pods" from 20-pods.conflist'
+    setup.write("crio.conf", f'[crio.network]\nnetwork_dir = "{setup.conf}"\nplugin_dirs = ["{setup.bins[0]}"]\n'
+                             'cni_default_network = "nope"\n', tmp_path)
+    f = find(doctor(skb, setup, dirs=False), "no-config")[0]
+    assert f["what"] == 'CRI-O wants the network "nope" and no file defines it'
+
+
+def test_unparseable_runtime_config(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.containerd = str(setup.write("config.toml", "version = = 2\n", setup.tmp))
+    assert find(doctor(skb, setup), "runtime-config-invalid")[0]["severity"] == "warning"
+
+
+# ---------------------------------------------------------------------------------------------------
+# the node (in sandbox namespaces: a fresh netns stands for a broken node)
+
+def in_netns(ns):
+    return ("ip", "netns", "exec", ns)
+
+
+@pytest.mark.kernel
+def test_host_lo_down(skb, setup, make_netns):
+    setup.write("10-lo.conflist", lo_conflist())
+    ns = make_netns()          # its lo starts DOWN: the node after a bad loopback DEL
+    f = find(doctor(skb, setup, prefix=in_netns(ns)), "host-lo-down")[0]
+    assert f["severity"] == "error" and f["fix"].startswith("ip link set lo up")
+    subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+    assert "host-lo-down" not in codes(doctor(skb, setup, prefix=in_netns(ns)))
+
+
+def sysctl(ns, name, value):
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{name}={value}"], check=True)
+
+
+@pytest.mark.kernel
+def test_forwarding_off_and_strict_rp_filter(skb, setup, make_netns):
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, ranges=[[{"subnet": "fd66::/64"}]])}]})
+    ns = make_netns()
+    subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+    sysctl(ns, "net.ipv4.ip_forward", 0)
+    sysctl(ns, "net.ipv6.conf.all.forwarding", 0)
+    sysctl(ns, "net.ipv4.conf.all.rp_filter", 1)
+    out = doctor(skb, setup, prefix=in_netns(ns))
+    fwd = find(out, "forwarding-off")
+    assert [f["what"] for f in fwd] == ["IPv4 forwarding is off on the node", "IPv6 forwarding is off on the node"]
+    rp = find(out, "rp-filter-strict")[0]
+    assert rp["severity"] == "warning" and "net.ipv4.conf.all.rp_filter = 1" in rp["evidence"]
+    sysctl(ns, "net.ipv4.ip_forward", 1)
+    sysctl(ns, "net.ipv6.conf.all.forwarding", 1)
+    sysctl(ns, "net.ipv4.conf.all.rp_filter", 2)
+    out = doctor(skb, setup, prefix=in_netns(ns))
+    assert not {"forwarding-off", "rp-filter-strict"} & set(codes(out))
+
+
+@pytest.mark.kernel
+def test_rp_filter_on_a_pods_host_side_interface(skb, setup, make_netns):
+    """The host-side interface is read from the cached result of an attachment."""
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": HOST_LOCAL_POD}]})
+    ns = make_netns()
+    subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+    subprocess.run(["ip", "-n", ns, "link", "add", "vethabc", "type", "veth", "peer", "name", "vethabc-p"], check=True)
+    sysctl(ns, "net.ipv4.ip_forward", 1)
+    sysctl(ns, "net.ipv4.conf.vethabc.rp_filter", 1)
+    cache = libcni.CNIConfig([], str(setup.cache))
+    res = libcni.cniresult.parse_result({"cniVersion": "1.0.0", "interfaces": [{"name": "vethabc"},
+                                         {"name": "eth0", "sandbox": "/run/netns/x"}]})
+    cache.cache_add(res, b"{}", "pods", libcni.RuntimeConf("c1", "/run/netns/x", "eth0"))
+    rp = find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]
+    assert "net.ipv4.conf.vethabc.rp_filter = 1 (host side of a pod)" in rp["evidence"]
+
+
+def test_routing_is_not_checked_without_routed_networks(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    assert not {"forwarding-off", "rp-filter-strict"} & set(codes(doctor(skb, setup)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# leaked host-local reservations
+
+def _store(setup, network, version, data):
+    setup.write("10-pods.conflist", {"cniVersion": version, "name": network, "plugins": [
+        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, dataDir=str(data))}]})
+    store = data / network
+    store.mkdir(parents=True)
+    (store / "lock").write_text("")
+    (store / "last_reserved_ip.0").write_text("10.66.0.4")
+    live = setup.tmp / "live-netns"
+    live.write_text("")
+    cni = libcni.CNIConfig([], str(setup.cache))
+    res = libcni.cniresult.parse_result({"cniVersion": "1.0.0", "ips": [{"address": "10.66.0.3/24"}]})
+    for ip, cid, netns in [("10.66.0.2", "no-cache", None), ("10.66.0.3", "alive", str(live)),
+                           ("10.66.0.4", "dead", str(setup.tmp / "gone-netns"))]:
+        (store / ip).write_text(f"{cid}\r\neth0")
+        if netns:
+            cni.cache_add(res, b"{}", network, libcni.RuntimeConf(cid, netns, "eth0"))
+    (store / "10.66.0.9").write_text("legacy-id")   # the old format: container id only
+    return store
+
+
+def test_leaked_reservations_and_the_gc_fix(skb, setup):
+    store = _store(setup, "pods", "1.1.0", setup.tmp / "ipam")
+    f = find(doctor(skb, setup), "leaked-reservation")[0]
+    assert f["severity"] == "warning" and f["what"] == '3 leaked host-local reservations in network "pods"'
+    assert "10.66.0.2 (container no-cache, eth0: no cached result)" in f["evidence"]
+    assert f"10.66.0.4 (container dead, eth0: netns {setup.tmp}/gone-netns is gone)" in f["evidence"]
+    assert "10.66.0.9 (container legacy-id, no ifname: no cached result)" in f["evidence"]
+    assert "10.66.0.3" not in f["evidence"] and str(store) in f["evidence"]
+    assert f["fix"].startswith("skb gc pods --keep-live")
+
+
+def test_leak_fix_without_gc_support_names_the_files(skb, setup):
+    store = _store(setup, "pods", "1.0.0", setup.tmp / "ipam")
+    f = find(doctor(skb, setup), "leaked-reservation")[0]
+    assert f["fix"].startswith("skb gc pods --keep-live DELs those with a gone netns; GC of the others needs "
+                               "cniVersion 1.1.0") and f"rm {store}/10.66.0.2 {store}/10.66.0.9" in f["fix"]
+
+
+@pytest.mark.kernel
+def test_skb_gc_as_the_doctor_says_frees_the_leaks(skb, setup):
+    _store(setup, "pods", "1.1.0", setup.tmp / "ipam")
+    assert "leaked-reservation" in codes(doctor(skb, setup))
+    p = subprocess.run([skb, "gc", "pods", "--keep-live", "--conf-dir", str(setup.conf), "--cni-path", setup.bins[0],
+                        "--cache-dir", str(setup.cache)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "leaked-reservation" not in codes(doctor(skb, setup))
+    left = sorted(f for f in os.listdir(setup.tmp / "ipam" / "pods") if f.startswith("10."))
+    assert left == ["10.66.0.3"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# --probe (scratch netns in the sandbox)
+
+def probe(skb, setup, *extra):
+    return doctor(skb, setup, "--probe", *extra)
+
+
+def _netns_names():
+    return set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+
+
+@pytest.mark.kernel
+def test_probe_ok_with_ptp_and_host_local(skb, setup):
+    data = setup.tmp / "ipam"
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, dataDir=str(data))}, {"type": "loopback"}]})
+    before = _netns_names()
+    out = probe(skb, setup)
+    note = find(out, "probe")[0]
+    assert note["what"] == "probe ADD ok: eth0 got 10.66.0.2/24"
+    assert "probe-no-ip" not in codes(out) and "probe-failed" not in codes(out)
+    assert [f for f in os.listdir(data / "pods") if f.startswith("10.")] == []   # DEL released it
+    assert _netns_names() == before               # the scratch netns is gone
+    assert not setup.cache.exists()               # the probe keeps its cache to itself
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("result", [
+    None,                                                             # debug alone: no IP at all
+    {"cniVersion": "1.0.0", "interfaces": [{"name": "veth1"}, {"name": "eth0", "sandbox": "/x"}],
+     "ips": [{"address": "10.66.0.2/24", "interface": 0}]},          # the address is on the host side
+    {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}], "ips": [{"address": "10.66.0.2/24", "interface": 3}]},
+])
+def test_probe_result_without_an_ip_on_eth0(skb, setup, result):
+    plugin = {"type": "debug"}
+    if result:
+        plugin["inject"] = {"ADD": {"result": result}}
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [plugin]})
+    f = find(probe(skb, setup), "probe-no-ip")[0]
+    assert f["severity"] == "error" and "failed to find network info for sandbox" in f["evidence"]
+
+
+@pytest.mark.kernel
+def test_probe_ip_without_interface_index_counts_for_eth0(skb, setup):
+    """go-cni files an address with no interface index under the default interface."""
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "debug", "inject": {"ADD": {"result": {"cniVersion": "1.0.0",
+                                                        "ips": [{"address": "10.66.0.7/24"}]}}}}]})
+    out = probe(skb, setup)
+    assert find(out, "probe")[0]["what"] == "probe ADD ok: eth0 got 10.66.0.7/24"
+    out = probe(skb, setup, "--probe-ifname", "net1")
+    assert find(out, "probe")[0]["what"] == "probe ADD ok: net1 got 10.66.0.7/24"
+
+
+@pytest.mark.kernel
+def test_probe_add_failure_and_cri_args(skb, setup):
+    cap = setup.tmp / "cap.jsonl"
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "debug", "captureFile": str(cap),
+         "inject": {"ADD": {"error": {"code": 11, "msg": "no IPs left"}}}}]})
+    before = _netns_names()
+    f = find(probe(skb, setup), "probe-failed")[0]
+    assert f["what"].startswith("ADD of the pod network fails") and "no IPs left" in f["evidence"]
+    calls = [json.loads(line) for line in cap.read_text().splitlines()]
+    assert [c["command"] for c in calls] == ["ADD", "DEL"]          # DEL after a failed ADD, as runtimes do
+    args = dict(kv.split("=") for kv in calls[0]["env"]["CNI_ARGS"].split(";"))
+    assert args["IgnoreUnknown"] == "1" and args["K8S_POD_INFRA_CONTAINER_ID"] == calls[0]["env"]["CNI_CONTAINERID"]
+    assert _netns_names() == before
+
+
+def test_probe_without_a_loadable_network(skb, setup):
+    setup.write("10-pods.conflist", "{")
+    assert find(doctor(skb, setup, "--probe"), "probe-failed")[0]["what"] == "no pod network to probe"
