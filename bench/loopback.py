@@ -122,7 +122,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="loopback ADD: ours vs Go, latency and peak RSS")
     ap.add_argument("--bin-dir", help="installed skb-cni bin dir (default: $SKB_BIN_DIR or build+install)")
     ap.add_argument("--go-dir", default=GO_DEFAULT, help="Go reference plugins (default %(default)s)")
-    ap.add_argument("-n", type=int, default=40, help="measured calls per variant (default %(default)s)")
+    ap.add_argument("-n", type=int, default=60, help="measured calls per variant (default %(default)s)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--cni-version", default="1.0.0")
     ap.add_argument("--json", help="also write the numbers to this file")
