@@ -33,10 +33,10 @@ _MCAST = {4: "224.0.0.0/4", 6: "ff00::/8"}
 
 def _sha512_hex(text):
     try:
-        from _sha2 import sha512          # Python >= 3.12
+        from _sha512 import sha512        # Python 3.11 (the C module: hashlib costs ~1 ms more)
     except ImportError:
         try:
-            from _sha512 import sha512    # Python 3.11
+            from _sha2 import sha512      # Python >= 3.12
         except ImportError:
             from hashlib import sha512
     return sha512(text.encode()).hexdigest()
