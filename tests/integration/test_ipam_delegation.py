@@ -255,3 +255,30 @@ def test_in_process_and_exec_give_the_same(bin_dir, make_netns, tmp_path, monkey
     log = runs["exec"][0]
     assert [code for _c, _i, code, _o in log] == [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
     assert runs["exec"][1] == {}
+
+
+@pytest.mark.kernel
+@pytest.mark.frozen
+def test_frozen_build_runs_its_own_host_local_in_process(bin_dir, make_netns, tmp_path):
+    """The installed build: our host-local in CNI_PATH runs in-process, SKB_IPAM_EXEC=1 execs it, a
+    foreign host-local earlier in CNI_PATH is exec'd; all three give the same result."""
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    os.symlink(os.path.join(GO_BIN_DIR, "host-local"), str(foreign / "host-local"))
+    cases = [("in-process", bin_dir, {}),
+             ("exec " + os.path.join(bin_dir, "host-local"), bin_dir, {"SKB_IPAM_EXEC": "1"}),
+             ("exec " + str(foreign / "host-local"), f"{foreign}:{bin_dir}", {})]
+    results = []
+    for i, (how, cni_path, env) in enumerate(cases):
+        data = str(tmp_path / f"d{i}")
+        ptp = Ptp(os.path.join(bin_dir, "ptp"), cni_path, extra_env=dict(env, SKB_IPAM_TRACE="1"))
+        ns = make_netns()
+        conf = ptp_conf(data)
+        r = ptp.add(conf, nspath(ns))
+        assert r.rc == 0, r
+        assert f"skb-cni: IPAM ADD host-local: {how}" in r.stderr, r.stderr
+        results.append(_strip(r.json))
+        d = ptp.delete(conf, nspath(ns))
+        assert d.rc == 0 and f"skb-cni: IPAM DEL host-local: {how}" in d.stderr, d
+        assert reservations(data) == {}
+    assert results[0] == results[1] == results[2]
