@@ -5,7 +5,7 @@
 #   make install    into $(CNI_BIN_DIR) (default /opt/cni/bin), atomically; also: make install CNI_BIN_DIR=/x
 #   make dist       dist/skb-cni-linux-amd64-v$(VERSION).tgz (extract into /opt/cni/bin = install)
 #   make test       bash tests/run (builds, installs to a temp dir, runs pytest in a sandbox netns)
-#   make bench      bench/loopback.py inside tests/sandbox: ours vs the Go reference plugins
+#   make bench      every bench/*.py inside tests/sandbox: ours vs the Go reference plugins
 #   make clean
 #
 # A fresh Debian 12 clone needs no prior step: install depends on build, build on deps.
@@ -68,9 +68,11 @@ $(TARBALL): dist/bin/.skb
 test: deps
 	bash tests/run
 
-# Plugins run against namespaces: only inside the sandbox (new netns, private /run and /var/lib/cni).
+# Every bench/*.py against the built tree (dist/bin is laid out exactly as an install). Plugins run
+# against namespaces: only inside the sandbox (new netns, private /run and /var/lib/cni).
 bench: build
-	tests/sandbox $(PYTHON) bench/loopback.py --bin-dir dist/bin
+	@rc=0; for b in bench/*.py; do \
+	    echo "== $$b"; tests/sandbox $(VENV)/bin/python $$b --bin-dir dist/bin || rc=1; done; exit $$rc
 
 clean:
 	rm -rf dist $(WORK)
