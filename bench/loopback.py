@@ -201,6 +201,9 @@ def bench(args, tmp):
     go = stats["go"]
     print(f"loopback ADD, cniVersion {args.cni_version}, n={args.n} after {args.warmup} warm-up rounds, "
           f"interleaved; ours = {bin_dir}")
+    load = os.getloadavg()[0]
+    if load > 0.5 * os.cpu_count():
+        print(f"warning: load average {load:.1f} on {os.cpu_count()} CPUs while measuring: the numbers are noisy")
     print(f"{'variant':11} {'median ms':>10} {'p90 ms':>8} {'min ms':>8} {'peak RSS KB':>12} "
           f"{'time/go':>8} {'RSS/go':>7}")
     for name, s in stats.items():
