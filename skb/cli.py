@@ -81,7 +81,8 @@ examples:
 
 LOG_EPILOG = """\
 Reads the JSON lines written by a plugin's skbDebugLog / SKB_DEBUG_LOG and by the debug plugin's
-captureFile (the same record). Records are numbered for skb replay -n.
+captureFile (the same record), or the reference debug plugin's cniOutput text. Records are numbered for
+skb replay -n.
 
 examples:
   skb log /var/log/skb-cni.jsonl
@@ -144,25 +145,8 @@ def _cmd_version(opts):
     return 0
 
 
-def read_records(path):
-    """(number, record) of each JSON line of a debug log or capture; bad lines are reported and skipped."""
-    import json
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                print(f"{path}:{n}: not a JSON line, skipped", file=sys.stderr)
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
-
-
 def _cmd_log(opts):
+    from skb.replay import read_records
     style = Style.for_stream(sys.stdout, opts.color)
     try:
         records = read_records(opts.file)
@@ -170,11 +154,13 @@ def _cmd_log(opts):
         return fail("skb log", f"cannot open {opts.file}: {e.strerror}", opts)
     for n, rec in enumerate(records, 1):
         env = rec.get("env", {})
-        ok = rec.get("exitCode") == 0
-        status = style.green("ok") if ok else style.red(f"FAILED (exit {rec.get('exitCode')})")
-        print(f"#{n} {rec.get('time', '?')} {rec.get('plugin', '?')} {style.bold(str(rec.get('command', '?')))} "
+        ok = rec.get("exitCode") == 0 or "exitCode" not in rec     # cniOutput text records no outcome
+        status = style.red(f"FAILED (exit {rec['exitCode']})") if not ok else \
+            style.green("ok") if "exitCode" in rec else "(outcome not recorded)"
+        print(f"#{n} {rec.get('time', '?')} {rec.get('plugin') or '?'} {style.bold(str(rec.get('command', '?')))} "
               f"container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
-              f"netns={env.get('CNI_NETNS', '')} {status} {rec.get('durationMs', '?')} ms")
+              f"netns={env.get('CNI_NETNS', '')} {status}"
+              + (f" {rec['durationMs']} ms" if "durationMs" in rec else ""))
         if not ok or opts.verbose:
             for key in ("stdin", "stdout", "stderr"):
                 if rec.get(key):

@@ -647,6 +647,10 @@ def check_leaks(networks, cache_dir, findings):
         else:
             fix = (f"GC needs cniVersion 1.1.0 (the network has {netconf.cni_version or '0.1.0'}); once the "
                    f"containers are confirmed gone: rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}")
+        results = os.path.join(cache_dir, "results")
+        if not (os.path.isdir(results) and os.listdir(results)):
+            more += (f"; {results} holds no cached result at all: if the runtime keeps its libcni cache elsewhere, "
+                     "run skb doctor --cache-dir DIR")
         findings.append(Finding(
             "warning", "leaked-reservation",
             f'{len(leaked)} leaked host-local reservation{"s" if len(leaked) > 1 else ""} in network "{netconf.name}"',

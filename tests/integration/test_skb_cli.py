@@ -237,6 +237,8 @@ def test_log_numbers_records(skb, node):
     assert lines[0].startswith("#1 ") and " ADD " in lines[0] and " ok " in lines[0]
     assert any(line.startswith("#2 ") and "FAILED (exit 1)" in line for line in lines)
     assert any("stdout:" in line and "later" in line for line in lines)
+    p = run(skb, "log", str(node.text))    # the reference debug plugin's text record
+    assert p.returncode == 0 and p.stdout.startswith("#1 ? ? ADD container=") and "#2 " in p.stdout
 
 
 # ---------------------------------------------------------------------------------------------------
