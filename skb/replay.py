@@ -11,8 +11,9 @@ else the ``type`` in its stdin, looked up in ``--cni-path``, ``$CNI_PATH``, the 
 
 The namespace: an ADD or CHECK whose recorded netns is gone (or any call with ``--scratch``) runs in a
 new scratch netns, deleted afterwards unless ``--keep-netns``; the recorded path is replaced by the
-scratch one in CNI_NETNS and in stdin (a prevResult's ``sandbox``), and in the recorded output before
-comparing. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
+scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prevResult's ``sandbox``) and
+in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
+run: the side-by-side view shows which lines differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
 
 Exit status: 0 when exit code and output match the record (JSON compared parsed), 1 when they differ,
 2 when the call could not be replayed.
@@ -152,6 +153,14 @@ def _pretty(text):
     return text.rstrip("\n").split("\n") if text else ["(no output)"]
 
 
+def _swap(text, old, new):
+    """Replace the JSON string ``old`` (a whole string value, quotes included) by ``new``."""
+    if not old:
+        return text
+    return text.replace(json.dumps(old), json.dumps(new)).replace(json.dumps(old, ensure_ascii=False),
+                                                                  json.dumps(new, ensure_ascii=False))
+
+
 def replay(rec, plugin, opts):
     """Run the call; returns a dict describing both outcomes."""
     from skb import scratch_netns
@@ -172,8 +181,7 @@ def replay(rec, plugin, opts):
         except scratch_netns.NetnsAdminError as e:
             raise ReplayError(f"cannot make a scratch netns: {e}") from None
         env["CNI_NETNS"] = scratch
-        if old_ns:
-            stdin = stdin.replace(old_ns, scratch)
+        stdin = _swap(stdin, old_ns, scratch)
         note = (f"recorded netns {old_ns or '(none)'} " + ("replaced on request" if opts.scratch else "is gone")
                 + f": ran in scratch netns {scratch}")
     try:
@@ -195,8 +203,8 @@ def replay(rec, plugin, opts):
     recorded = None
     if "exitCode" in rec:
         rstdout = rec.get("stdout") or ""
-        if scratch and old_ns:
-            rstdout = rstdout.replace(old_ns, scratch)
+        if scratch:
+            rstdout = _swap(rstdout, old_ns, scratch)
         recorded = {"exitCode": rec.get("exitCode"), "stdout": rstdout, "stderr": rec.get("stderr") or ""}
     same = None
     if recorded is not None:
