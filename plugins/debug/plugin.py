@@ -53,8 +53,8 @@ Behaviour:
   configuration's. Alone it answers a minimal valid result: ``{"cniVersion": V}`` for 1.x and
   ``{"cniVersion": V, "dns": {}}`` for 0.x (Go's debug plugin fails on 0.1.0/0.2.0 instead; a 0.1/0.2
   result without an address is what libcni's parser accepts).
-- DEL never fails, unless ``inject.DEL.error`` says so: a malformed ``inject.DEL`` entry, an unwritable
-  record file or a failing hook is reported on stderr and DEL succeeds. (The protocol errors every plugin
+- DEL never fails, unless ``inject.DEL.error`` says so: a malformed ``inject`` (ignored as a whole), an
+  unwritable record file or a failing hook is reported on stderr and DEL succeeds. (The protocol errors every plugin
   reports, such as a missing CNI_CONTAINERID or stdin that is not JSON, still apply.)
 - CHECK, STATUS and GC succeed with no output (the reference prints an empty result on DEL and CHECK;
   runtimes ignore it, the spec expects none).
