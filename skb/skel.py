@@ -107,13 +107,13 @@ def run(plugin, environ, stdin):
     return out
 
 
-def _debug_log_path(environ, conf):
+def debug_log_path(environ, conf):
     if conf is not None and conf.debug_log:
         return conf.debug_log
     return environ.get("SKB_DEBUG_LOG", "")
 
 
-def _append_debug_log(path, plugin, environ, out, duration):
+def append_debug_log(path, plugin, environ, out, duration):
     import time
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -144,10 +144,10 @@ def main(plugin, environ=None):
         sys.stdout.write(out.stdout)
     if out.stderr:
         sys.stderr.write(out.stderr)
-    path = _debug_log_path(environ, out.conf)
+    path = debug_log_path(environ, out.conf)
     if path:
         try:
-            _append_debug_log(path, plugin, environ, out, perf_counter() - started)
+            append_debug_log(path, plugin, environ, out, perf_counter() - started)
         except OSError as e:
             sys.stderr.write(f"skb-cni: cannot write the debug log {path}: {e.strerror or e}\n")
     sys.stdout.flush()

@@ -344,12 +344,12 @@ def main(argv=None):
         sys.stderr.write(out.stderr)
     duration = perf_counter() - started
     done = set()
-    for path in (skel._debug_log_path(environ, out.conf), capture_path(out)):
+    for path in (skel.debug_log_path(environ, out.conf), capture_path(out)):
         if not path or os.path.abspath(path) in done:
             continue
         done.add(os.path.abspath(path))
         try:
-            skel._append_debug_log(path, call.plugin(), environ, out, duration)
+            skel.append_debug_log(path, call.plugin(), environ, out, duration)
         except OSError as e:
             sys.stderr.write(f"debug: cannot append to {path}: {e.strerror or e}\n")
     sys.stdout.flush()
