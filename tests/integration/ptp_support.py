@@ -3,6 +3,7 @@
 independent tools (`ip -j`, iptables-save, nft, the dataDir), never through skb."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -73,6 +74,12 @@ def iptables_rules():
         out += [f"{tool}: {line}" for line in _run(tool, "-t", "nat").splitlines()
                 if line.startswith(("-A ", ":CNI-"))]
     return sorted(out)
+
+
+def masq_chain_rules():
+    """The iptables lines of ptp masquerade chains (CNI-<24 hex>): other plugins' chains (portmap's
+    CNI-HOSTPORT-*, CNI-DN-*) left in the sandbox by other tests are not ours to judge."""
+    return [line for line in iptables_rules() if re.search(r"CNI-[0-9a-f]{24}\b", line)]
 
 
 def nft_masq_rules():
