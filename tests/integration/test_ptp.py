@@ -513,3 +513,24 @@ def _rp_filter_drops():
         if line.startswith("TcpExtIPReversePathFilter"):
             return int(line.split()[1])
     return 0
+
+
+@pytest.mark.parametrize("backend", ["iptables", "nftables"])
+def test_concurrent_adds_and_dels_with_masquerade(ours, make_netns, data_dir, backend):
+    """20 ADDs at once, then 20 DELs at once: each succeeds; each attachment has exactly its rules."""
+    from concurrent.futures import ThreadPoolExecutor
+    conf = ptp_conf(data_dir, ipMasq=True, ipMasqBackend=backend)
+    nets = [make_netns() for _ in range(20)]
+    with ThreadPoolExecutor(20) as pool:
+        adds = list(pool.map(lambda i: ours.add(conf, nspath(nets[i]), containerid=f"c{i}"), range(20)))
+    assert all(r.rc == 0 for r in adds), [r for r in adds if r.rc]
+    assert len({r.json["ips"][0]["address"] for r in adds}) == 20
+    if backend == "iptables":
+        assert len([r for r in masq_chain_rules() if "POSTROUTING" in r]) == 20
+    else:
+        assert len(nft_masq_rules()) == 20
+    with ThreadPoolExecutor(20) as pool:
+        dels = list(pool.map(lambda i: ours.delete(conf, nspath(nets[i]), containerid=f"c{i}"), range(20)))
+    assert all(r.rc == 0 for r in dels), [r for r in dels if r.rc]
+    assert host_veths() == [] and reservations(data_dir) == {}
+    assert masq_chain_rules() == [] and nft_masq_rules() == []
