@@ -200,7 +200,8 @@ def bench(args, tmp):
         w = walls[v.name]
         print(f"{v.name:8}{statistics.median(w['ADD']):9.1f}{statistics.median(w['DEL']):9.1f}"
               f"{statistics.median(w['total']):9.1f}{failures[v.name]:10d}")
-    cratio = {k: statistics.median(walls["ours"][k]) / statistics.median(walls["go"][k]) for k in ("ADD", "DEL", "total")}
+    cratio = {k: statistics.median(walls["ours"][k]) / statistics.median(walls["go"][k])
+              for k in ("ADD", "DEL", "total")}
     print(f"{'ours/go':8}{cratio['ADD']:8.2f}x{cratio['DEL']:8.2f}x{cratio['total']:8.2f}x")
 
     ok_seq = ratios["ADD+DEL"] <= TARGET

@@ -125,7 +125,8 @@ def _run(name, args, stdin=b"", what=""):
 class ToolFailed(CNIError):
     def __init__(self, name, args, code, out, err, what):
         text = (err or out).decode(errors="replace").strip()
-        CNIError.__init__(self, INTERNAL, f"ipMasq: {what or name + ' failed'}: {text.splitlines()[0] if text else f'exit status {code}'}",
+        first = text.splitlines()[0] if text else f"exit status {code}"
+        CNIError.__init__(self, INTERNAL, f"ipMasq: {what or name + ' failed'}: {first}",
                           f"{name} {' '.join(args)} exited with status {code}" + (f"; output: {text}" if text else ""))
         self.text = text
 

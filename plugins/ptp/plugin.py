@@ -89,8 +89,8 @@ def _parse_dns(raw):
                     raise CNIError(INVALID_CONFIG, f"invalid field dns.{key}[{i}]: expected a string",
                                    f"fix dns.{key} in the network configuration")
         fields[key] = value
-    if all(v is None for v in fields.values()) or (fields["domain"] == "" and
-                                                   all(fields[k] is None for k in ("nameservers", "search", "options"))):
+    lists_unset = all(fields[k] is None for k in ("nameservers", "search", "options"))
+    if lists_unset and not fields["domain"]:
         return None
     return DNS(fields["nameservers"], fields["domain"], fields["search"], fields["options"])
 

@@ -52,7 +52,7 @@ def kernel_state(ns, hostveth, cont_mac, host_mac):
         key = "container" if where else "host"
         out[key + " addr"] = re.sub(r" qlen \d+", "", dump(where, "-4", "addr", "show"))
         out[key + " routes"] = dump(where, "-d", "-4", "route", "show", "table", "all")
-        link = dump(where, "-d", "link", "show", "dev", "eth0" if where else "<hostveth>".replace("<hostveth>", hostveth))
+        link = dump(where, "-d", "link", "show", "dev", "eth0" if where else hostveth)
         out[key + " link"] = re.sub(r" (qlen|numtxqueues|numrxqueues|gso_max_size|gso_max_segs|tso_max_size|"
                                     r"tso_max_segs|gro_max_size|gso_ipv4_max_size|gro_ipv4_max_size) \d+", "", link)
     return {k: "\n".join(re.sub(r" +", " ", line).rstrip() for line in v.splitlines()) for k, v in out.items()}

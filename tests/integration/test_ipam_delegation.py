@@ -131,6 +131,7 @@ def test_delegate_gets_env_and_unmodified_stdin(bin_dir, make_netns, data_dir, r
     # odd formatting, key order and escapes: the delegate must get these very bytes
     raw = ('{ "name" :"ptpnet","cniVersion":"1.0.0",\n\t"type":"ptp", "args": {"cni": {"note": "\\u00e9"}},'
            f' "ipam": {json.dumps(conf["ipam"], indent=3)}, "x": 1.0e2 }}\n').encode()
+    prev = None
     for command in ("ADD", "CHECK", "DEL"):
         stdin = raw
         if command == "CHECK":

@@ -40,8 +40,8 @@ def link(ifname, netns=None):
 
 
 def addrs(ifname, netns=None):
-    return sorted(f"{a['local']}/{a['prefixlen']}" for a in ip_json("addr", "show", "dev", ifname, netns=netns)[0]["addr_info"]
-                  if not a["local"].startswith("fe80"))
+    info = ip_json("addr", "show", "dev", ifname, netns=netns)[0]["addr_info"]
+    return sorted(f"{a['local']}/{a['prefixlen']}" for a in info if not a["local"].startswith("fe80"))
 
 
 def routes(netns=None, family="-4"):
@@ -303,7 +303,8 @@ def test_check_verifies_both_ends(ptp, make_netns, data_dir):
            ["ip", "route", "add", "10.22.0.2/32", "dev", hostveth, "scope", "host"], "host route 10.22.0.2/32")
     # (a link set down loses its IPv4 routes: the repair puts the host route back too)
     broken(["ip", "link", "set", hostveth, "down"],
-           [["ip", "link", "set", hostveth, "up"], ["ip", "route", "replace", "10.22.0.2/32", "dev", hostveth, "scope", "host"]],
+           [["ip", "link", "set", hostveth, "up"],
+            ["ip", "route", "replace", "10.22.0.2/32", "dev", hostveth, "scope", "host"]],
            "is down")
     chain = [line.split()[2] for line in masq_chain_rules() if "MASQUERADE" in line][0]
     broken(["iptables", "-t", "nat", "-D", "POSTROUTING", "-s", "10.22.0.2/32", "-m", "comment", "--comment",

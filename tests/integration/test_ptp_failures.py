@@ -94,7 +94,8 @@ def test_address_in_use_on_the_host(ptp, make_netns, data_dir):
     ignores it and the pod is unreachable; we fail and undo."""
     subprocess.run(["ip", "route", "add", "blackhole", "10.22.0.2/32"], check=True)
     try:
-        fails_cleanly(ptp, ptp_conf(data_dir), make_netns(), data_dir, "address 10.22.0.2 is already in use on the host")
+        fails_cleanly(ptp, ptp_conf(data_dir), make_netns(), data_dir,
+                      "address 10.22.0.2 is already in use on the host")
     finally:
         subprocess.run(["ip", "route", "del", "blackhole", "10.22.0.2/32"], check=True)
 
@@ -106,7 +107,7 @@ def test_second_attachment_with_the_same_gateway(ptp, make_netns, data_dir):
     conf = ptp_conf(data_dir)
     r = ptp.add(conf, nspath(ns))
     assert r.rc == 0
-    r1 = fails_cleanly(ptp, ptp_conf(data_dir, routes=[{"dst": "0.0.0.0/0"}]), ns, data_dir, "10.22.0.1/32", ifname="eth1")
+    r1 = fails_cleanly(ptp, ptp_conf(data_dir), ns, data_dir, "10.22.0.1/32", ifname="eth1")
     assert "already exists" in r1.json["msg"]
     assert ptp.check(conf, nspath(ns), r.json).rc == 0
     assert ptp.delete(conf, nspath(ns)).rc == 0
