@@ -76,10 +76,12 @@ def parse_json_stdin(data, what="network configuration on stdin"):
 class NetConf:
     """The fields every plugin shares; ``raw`` keeps the whole object for plugin-specific keys."""
 
-    __slots__ = ("raw", "name", "cni_version", "type", "prev_result", "runtime_config", "args", "debug_log")
+    __slots__ = ("raw", "data", "name", "cni_version", "type", "prev_result", "runtime_config", "args",
+                 "debug_log")
 
-    def __init__(self, raw):
+    def __init__(self, raw, data=b""):
         self.raw = raw
+        self.data = data  # stdin exactly as received: a delegated plugin (IPAM) gets these bytes
         self.name = raw["name"]
         self.cni_version = raw.get("cniVersion") or "0.1.0"
         self.type = raw.get("type", "")
@@ -107,7 +109,7 @@ def parse(data):
     version = get(raw, "cniVersion", str, "")
     for key, kind in (("type", str), ("runtimeConfig", dict), ("args", dict), ("skbDebugLog", str)):
         get(raw, key, kind, "")
-    conf = NetConf(raw)
+    conf = NetConf(raw, data if isinstance(data, bytes) else data.encode())
     conf.cni_version = version or "0.1.0"  # a missing cniVersion means 0.1.0 (spec)
     return conf
 

@@ -231,37 +231,6 @@ def gc(args, conf, stdin, environ=None):
 
 
 def stdin_of(conf):
-    """The caller's stdin bytes for delegation: what ``record_stdin`` captured for this process, else
-    (a plugin run in-process by a test) the configuration re-encoded, which has the same content."""
-    data = _recorded[0]
-    if data is not None:
-        return data
-    return jsonio.dumps(conf.raw).encode()
-
-
-_recorded = [None]
-
-
-class _RecordingStdin:
-    """Stands in for sys.stdin while the dispatcher reads it, keeping the exact bytes for delegation
-    (skel hands callbacks the parsed config, while the spec says the delegate gets the unmodified stdin)."""
-
-    def __init__(self, real):
-        self._real = real
-        self.buffer = self
-
-    def isatty(self):
-        return self._real.isatty()
-
-    def read(self, *a):
-        real = getattr(self._real, "buffer", self._real)
-        data = real.read(*a)
-        if isinstance(data, str):
-            data = data.encode()
-        _recorded[0] = data
-        return data
-
-
-def record_stdin():
-    """Call once at process start (a plugin's ``main``), before the dispatcher reads stdin."""
-    sys.stdin = _RecordingStdin(sys.stdin)
+    """The caller's stdin bytes, passed unmodified to the delegate (the spec's rule); a configuration
+    built in memory (tests) has none, and is re-encoded."""
+    return conf.data or jsonio.dumps(conf.raw).encode()

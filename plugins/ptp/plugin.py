@@ -523,5 +523,4 @@ PLUGIN = skel.Plugin("ptp", "a veth pair per container, routed point-to-point th
 
 
 def main(argv=None):
-    ipam.record_stdin()
     skel.main(PLUGIN)

@@ -230,7 +230,6 @@ def test_in_process_and_exec_give_the_same(bin_dir, make_netns, tmp_path, monkey
     from skb_plugins.hostlocal_ipam.plugin import PLUGIN as HOSTLOCAL
     from skb_plugins.ptp import plugin as ptp_plugin
 
-    monkeypatch.setattr(ipam, "_recorded", [None])
     runs = {}
     for mode in ("in-process", "exec"):
         monkeypatch.setattr(ipam, "_in_process", (lambda *a: HOSTLOCAL) if mode == "in-process" else (lambda *a: None))
