@@ -20,7 +20,6 @@ reinstall) and any change gets a new dir beside the running one.
 """
 import argparse
 import ast
-import fcntl
 import gzip
 import hashlib
 import os
@@ -30,14 +29,15 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LINK = ".skb"
+sys.path.insert(0, ROOT)
+from skb import installer  # noqa: E402  (standard library only, like this script)
+from skb.installer import (BUNDLE_RE, LINK, TMP_PREFIX, launchers, manifest_lines, tree_files,  # noqa: E402,F401
+                           verify)
+
 LOADER = "ld-linux-x86-64.so.2"
-BUNDLE_RE = re.compile(r"^\.skb-\d[^/]*-[0-9a-f]{12}$")
-TMP_PREFIX = ".skb-tmp."  # every temporary name an install makes starts with this
 ELF_MAGIC = b"\x7fELF"
 
 
@@ -128,38 +128,6 @@ def add_host_libraries(bundle):
                 die(f"{path}: {soname} still missing from the bundle")
 
 
-def tree_files(top):
-    """(relative path, absolute path) of every file and symlink under top, sorted."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames.sort()
-        for name in sorted(filenames) + sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d))):
-            path = os.path.join(dirpath, name)
-            out.append((os.path.relpath(path, top), path))
-    return sorted(out)
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def manifest_lines(top):
-    lines = []
-    for rel, path in tree_files(top):
-        if rel == "MANIFEST":
-            continue
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            lines.append(f"link {os.readlink(path)} {rel}")
-        else:
-            lines.append(f"{sha256_file(path)} {stat.S_IMODE(st.st_mode):o} {rel}")
-    return lines
-
-
 def stage(args):
     version = project_version()
     applets = applet_names()
@@ -190,149 +158,18 @@ def stage(args):
 # --------------------------------------------------------------------------------------------- install
 
 def staged_bundle(src):
-    link = os.path.join(src, LINK)
-    if not os.path.islink(link) or not BUNDLE_RE.match(os.readlink(link)):
-        die(f"{src} is not a staged bin dir ({link} should link to .skb-<version>-<hash>): run make build")
-    return os.readlink(link)
-
-
-def launchers(src):
-    return sorted(n for n in os.listdir(src) if not n.startswith(".") and os.path.isfile(os.path.join(src, n)))
-
-
-def verify(bundle_dir):
-    """True when bundle_dir holds exactly what its MANIFEST lists (a tar extraction may have been cut)."""
     try:
-        with open(os.path.join(bundle_dir, "MANIFEST")) as f:
-            want = f.read().splitlines()
-    except OSError:
-        return False
-    return want == manifest_lines(bundle_dir)
-
-
-def fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def copy_tree_durably(src, dst):
-    shutil.copytree(src, dst, symlinks=True)
-    for _, path in tree_files(dst):
-        if not os.path.islink(path):
-            fsync_path(path)
-    for dirpath, _, _ in os.walk(dst):
-        fsync_path(dirpath)
-
-
-def replace_file(src, dest_dir, name):
-    """Put a copy of src at dest_dir/name by rename(2): a runtime sees the old file or the new one."""
-    tmp = os.path.join(dest_dir, f"{TMP_PREFIX}{os.getpid()}.{name}")
-    shutil.copyfile(src, tmp)
-    os.chmod(tmp, 0o755)
-    fsync_path(tmp)
-    os.rename(tmp, os.path.join(dest_dir, name))
-
-
-def remove_dir(dest, name):
-    """Rename away first, so a crash never leaves a half-deleted dir under a bundle's name."""
-    trash = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.trash-{name.lstrip('.')}")
-    os.rename(os.path.join(dest, name), trash)
-    shutil.rmtree(trash)
-
-
-def mapped_by_someone(path):
-    """True when a process (that we can see) has a file of ``path`` mapped: a plugin still running from it."""
-    prefix = os.path.realpath(path).rstrip("/") + "/"  # maps name files by their resolved paths
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                if prefix in f.read():
-                    return True
-        except OSError:
-            continue
-    return False
+        return installer.staged_bundle(src)
+    except installer.InstallError as e:
+        die(str(e))
 
 
 def install(args):
-    src, dest = os.path.abspath(args.src), os.path.abspath(args.dest)
-    name = staged_bundle(src)
-    os.makedirs(dest, exist_ok=True)
-    # One install at a time per bin dir: flock on the directory itself, so no lock file is left behind.
-    dfd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(dfd, fcntl.LOCK_EX)
+    """The logic is skb/installer.py's (shared with `skb install`, which a DaemonSet runs on each node)."""
     try:
-        # Leftovers of an install that crashed (we hold the lock: nobody else is using them).
-        for entry in os.listdir(dest):
-            if entry.startswith(TMP_PREFIX):
-                path = os.path.join(dest, entry)
-                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
-
-        # 1. The bundle, under its versioned name, made complete before it gets that name.
-        final = os.path.join(dest, name)
-        if os.path.isdir(final) and verify(final):
-            print(f"install: {final} already installed")
-        else:
-            if os.path.lexists(final):
-                remove_dir(dest, name)  # incomplete or altered: replace it
-            tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.{name.lstrip('.')}")
-            copy_tree_durably(os.path.join(src, name), tmp)
-            if not verify(tmp):
-                die(f"{tmp}: copy does not match its MANIFEST")
-            os.rename(tmp, final)
-            print(f"install: {final}")
-
-        # 2. Point .skb at it: a new symlink renamed over the old one is atomic.
-        link = os.path.join(dest, LINK)
-        if os.path.islink(link) and os.readlink(link) == name:
-            pass
-        else:
-            if os.path.isdir(link) and not os.path.islink(link):
-                os.rename(link, os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.olddir"))
-            tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.link")
-            os.symlink(name, tmp)  # relative: the bin dir stays relocatable
-            os.rename(tmp, link)
-            print(f"install: {link} -> {name}")
-
-        # 3. The launchers, after the bundle they start (a new applet never appears before its code).
-        for applet in launchers(src):
-            path = os.path.join(dest, applet)
-            new = os.path.join(src, applet)
-            if os.path.isfile(path) and not os.path.islink(path) and _same_bytes(path, new) \
-                    and os.access(path, os.X_OK):
-                continue
-            replace_file(new, dest, applet)
-            print(f"install: {path}")
-        os.fsync(dfd)
-
-        # 4. Older bundles, once no running plugin maps them (wait a little: a call lasts milliseconds).
-        for entry in sorted(os.listdir(dest)):
-            path = os.path.join(dest, entry)
-            if entry == name or not BUNDLE_RE.match(entry) or os.path.islink(path) or not os.path.isdir(path):
-                continue
-            deadline = time.monotonic() + 5
-            while mapped_by_someone(path) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            remove_dir(dest, entry)
-            print(f"install: removed {path}")
-        for entry in os.listdir(dest):
-            if entry.startswith(TMP_PREFIX):
-                remove_path = os.path.join(dest, entry)
-                shutil.rmtree(remove_path) if os.path.isdir(remove_path) else os.unlink(remove_path)
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _same_bytes(a, b):
-    if os.path.getsize(a) != os.path.getsize(b):
-        return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        return fa.read() == fb.read()
+        installer.install_suite(args.src, args.dest)
+    except installer.InstallError as e:
+        die(str(e))
 
 
 # ------------------------------------------------------------------------------------------------ dist

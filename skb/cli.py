@@ -6,7 +6,8 @@ Subcommands:
 
 - ``add|check|del|status|gc NETWORK NETNS``: cnitool's interface over ``skb.libcni``;
 - ``netns add|del|list``: scratch namespaces (``skb.scratch_netns``);
-- ``doctor``: ``skb.doctor``; ``replay``: ``skb.replay``; ``log``: list a debug log or capture.
+- ``doctor``: ``skb.doctor``; ``replay``: ``skb.replay``; ``log``: list a debug log or capture;
+- ``install|uninstall``: ``skb.installer``.
 """
 import os
 import sys
@@ -21,6 +22,7 @@ commands:
   doctor                    find what is wrong with this node's CNI set-up
   replay                    re-run a recorded plugin call and compare the outputs
   log                       list the calls in a debug log or debug-plugin capture
+  install|uninstall         put the suite and this node's network config in place (a DaemonSet runs it)
   version                   the suite's version
 
 examples:
@@ -29,6 +31,7 @@ examples:
   skb doctor --probe --json
   skb log /tmp/calls.jsonl
   skb replay /tmp/calls.jsonl -n -1
+  skb install --pod-cidr 10.244.1.0/24
 
 Run 'skb COMMAND --help' for each command's options and examples."""
 
@@ -368,9 +371,10 @@ def build_parser():
     ns.add_argument("--run-dir", default="/run/netns", help="where named namespaces live (default: /run/netns)")
     ns.set_defaults(func=_cmd_netns)
 
-    from skb import doctor, replay
+    from skb import doctor, installer, replay
     doctor.add_parser(sub, raw, parents)
     replay.add_parser(sub, raw, parents)
+    installer.add_parsers(sub, raw, parents)
     return p
 
 
