@@ -23,6 +23,7 @@ APT_PKGS    := python3-venv libpython3.11 gcc musl-tools binutils iproute2 util-
                containernetworking-plugins iptables nftables
 CC_STATIC   := $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc || echo gcc)
 
+LOCK        := flock $(WORK)/.lock
 SOURCES     := $(shell find skb plugins -name '*.py' 2>/dev/null) pyproject.toml
 DEPS_STAMP  := $(VENV)/.skb-deps
 
@@ -44,12 +45,14 @@ $(DEPS_STAMP): pyproject.toml
 
 build: dist/bin/.skb
 
-# The .skb link is the last thing `stage` writes: its timestamp stands for the whole tree.
+# `stage` renames the finished tree into place, so dist/bin is always whole; its .skb link stands for it.
+# Builds in the same tree are serialized (flock): two PyInstaller runs must not share build/work.
 dist/bin/.skb: $(WORK)/dist/skb-cni/skb-cni $(WORK)/launcher build/bundle.py
-	$(PYTHON) build/bundle.py stage --pyi $(WORK)/dist/skb-cni --launcher $(WORK)/launcher --out dist/bin
+	$(LOCK) $(PYTHON) build/bundle.py stage --pyi $(WORK)/dist/skb-cni --launcher $(WORK)/launcher --out dist/bin
 
 $(WORK)/dist/skb-cni/skb-cni: $(DEPS_STAMP) build/skb-cni.spec build/entry.py $(SOURCES)
-	$(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
+	@mkdir -p $(WORK)
+	$(LOCK) $(VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN \
 	    --distpath $(WORK)/dist --workpath $(WORK)/pyi build/skb-cni.spec
 
 # Static, so the launcher needs nothing from the node. musl keeps it ~30 KB; glibc's -static is the fallback.

@@ -29,6 +29,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,10 +132,13 @@ def add_host_libraries(bundle):
 def stage(args):
     version = project_version()
     applets = applet_names()
-    out = os.path.abspath(args.out)
-    if os.path.lexists(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
+    # Built beside its final place and renamed in: whoever reads the staged dir (an install, a test run,
+    # another engineer's build in the same tree) sees the old tree or the new one, never half of one.
+    final_out = os.path.abspath(args.out)
+    parent = os.path.dirname(final_out)
+    os.makedirs(parent, exist_ok=True)
+    out = tempfile.mkdtemp(prefix=f".{os.path.basename(final_out)}.tmp-", dir=parent)
+    os.chmod(out, 0o755)
     work = os.path.join(out, TMP_PREFIX + "stage")
     shutil.copytree(args.pyi, work, symlinks=True)
     print(f"stage: host libraries for {work}")
@@ -151,7 +155,14 @@ def stage(args):
         shutil.copyfile(args.launcher, dst)
         os.chmod(dst, 0o755)
     size = sum(os.lstat(p).st_size for _, p in tree_files(os.path.join(out, name)))
-    print(f"stage: {out}: {name} ({size / 1e6:.1f} MB), launchers: {' '.join(applets)} "
+    old = None
+    if os.path.lexists(final_out):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(final_out)}.old-", dir=parent)
+        os.rename(final_out, os.path.join(old, "bin"))
+    os.rename(out, final_out)
+    if old:
+        shutil.rmtree(old)
+    print(f"stage: {final_out}: {name} ({size / 1e6:.1f} MB), launchers: {' '.join(applets)} "
           f"({os.path.getsize(args.launcher)} bytes each)")
 
 

@@ -12,6 +12,12 @@ import sys
 for _name in ("_PYI_ARCHIVE_FILE", "_PYI_PARENT_PROCESS_LEVEL", "_PYI_LINUX_PROCESS_NAME"):
     os.environ.pop(_name, None)
 
+# Every module is a .pyc file in _internal/ (noarchive), so Python's own FileFinder can find it directly.
+# PyInstaller's path hook would, per package dir, compute relative paths, then per import look in its
+# (empty) PYZ before delegating to a FileFinder anyway: measurable Python work on every call.
+sys.path_hooks[:] = [h for h in sys.path_hooks if getattr(h, "__qualname__", "") != "PyiFrozenFinder.path_hook"]
+sys.path_importer_cache.clear()
+
 from skb.applets import main  # noqa: E402  (after the environment is cleaned)
 
 try:
