@@ -21,7 +21,6 @@ WORK        := build/work
 # apt packages the build and the tests need (musl-gcc is a wrapper: it needs gcc too)
 APT_PKGS    := python3-venv libpython3.11 gcc musl-tools binutils iproute2 util-linux \
                containernetworking-plugins iptables nftables
-CC_STATIC   := $(shell command -v musl-gcc >/dev/null 2>&1 && echo musl-gcc || echo gcc)
 
 LOCK        := flock $(WORK)/.lock
 SOURCES     := $(shell find skb plugins -name '*.py' 2>/dev/null) pyproject.toml
@@ -56,9 +55,10 @@ $(WORK)/dist/skb-cni/skb-cni: $(DEPS_STAMP) build/skb-cni.spec build/entry.py $(
 	    --distpath $(WORK)/dist --workpath $(WORK)/pyi build/skb-cni.spec
 
 # Static, so the launcher needs nothing from the node. musl keeps it ~30 KB; glibc's -static is the fallback.
+# (The compiler is chosen when the recipe runs: on a fresh machine musl-gcc arrives with `deps`.)
 $(WORK)/launcher: build/launcher.c | $(DEPS_STAMP)
 	@mkdir -p $(WORK)
-	$(CC_STATIC) -static -Os -s -Wall -Wextra -o $@ $<
+	$$(command -v musl-gcc || echo gcc) -static -Os -s -Wall -Wextra -o $@ $<
 
 install: build
 	$(PYTHON) build/bundle.py install dist/bin $(CNI_BIN_DIR)
