@@ -21,6 +21,9 @@ WORK        := build/work
 # apt packages the build and the tests need (musl-gcc is a wrapper: it needs gcc too)
 APT_PKGS    := python3-venv libpython3.11 gcc musl-tools binutils iproute2 util-linux \
                containernetworking-plugins iptables nftables
+# apt packages of the end-to-end tests (tests/e2e): real runtimes, started only inside the tests' own
+# sandbox. A temporary policy-rc.d keeps apt from starting their services on this machine.
+E2E_APT_PKGS := podman containerd runc busybox-static catatonit
 
 LOCK        := flock $(WORK)/.lock
 SOURCES     := $(shell find skb plugins -name '*.py' 2>/dev/null) pyproject.toml
@@ -32,11 +35,14 @@ deps: $(DEPS_STAMP)
 
 # Re-run when pyproject.toml changes. apt-get update runs once, and only when a package is missing.
 $(DEPS_STAMP): pyproject.toml
-	@missing=$$(for p in $(APT_PKGS); do \
+	@missing=$$(for p in $(APT_PKGS) $(E2E_APT_PKGS); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	    echo "deps: apt-get install $$missing"; \
+	    guard=; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	        guard=/usr/sbin/policy-rc.d; printf '#!/bin/sh\nexit 101\n' > $$guard; chmod 755 $$guard; fi; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	    rc=$$?; [ -z "$$guard" ] || rm -f $$guard; [ $$rc = 0 ]; \
 	fi
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test,build]'
