@@ -691,14 +691,17 @@ def cmd_install(opts):
     if not source:
         return fail("skb install", "--from DIR is required when skb does not run from an installed suite", opts)
     uninstall_on_stop = opts.uninstall_on_stop or _true(os.environ.get("SKB_UNINSTALL_ON_STOP", ""))
+    stop = []
+    if opts.wait:
+        # Before anything else: as a container's PID 1, a signal without a handler is ignored. A stop
+        # during the first install lets it finish, then exits.
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(signal.SIGTERM))
+        signal.signal(signal.SIGINT, lambda *_: stop.append(signal.SIGINT))
     try:
         conf = None if opts.no_config else _rendered_config(opts)
         _install_once(opts, source, conf, log)
         if not opts.wait:
             return 0
-        stop = []
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(signal.SIGTERM))
-        signal.signal(signal.SIGINT, lambda *_: stop.append(signal.SIGINT))
         _say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
         while not stop:
             deadline = time.monotonic() + opts.interval

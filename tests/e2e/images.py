@@ -8,7 +8,6 @@ pause process podman itself uses for its infra containers.
 import hashlib
 import io
 import json
-import os
 import subprocess
 import tarfile
 

@@ -136,26 +136,31 @@ REGISTRIES_CONF = "unqualified-search-registries = []\n"
 
 
 class Podman:
-    def __init__(self, sb, bin_dir, env=None):
+    """podman with its own containers.conf (``conf_name`` in /etc/containers: several can share one
+    sandbox's image store, each with its own plugin and network config dirs)."""
+
+    def __init__(self, sb, bin_dir, env=None, conf_dir=CNI_CONF_DIR, conf_name="containers.conf"):
         self.sb = sb
         self.bin_dir = bin_dir
-        self.env = {"CONTAINERS_CONF": "/etc/containers/containers.conf",
+        self.conf_dir = conf_dir
+        self.conf_path = f"/etc/containers/{conf_name}"
+        self.env = {"CONTAINERS_CONF": self.conf_path,
                     "CONTAINERS_STORAGE_CONF": "/etc/containers/storage.conf",
                     "CONTAINERS_REGISTRIES_CONF": "/etc/containers/registries.conf"}
         self.env.update(env or {})
 
     def setup(self):
         sb = self.sb
-        sb.write("/etc/containers/containers.conf", CONTAINERS_CONF.format(
-            dir=PODMAN_DIR, pause=images.PAUSE_REF, bin_dir=self.bin_dir, conf_dir=CNI_CONF_DIR))
+        sb.write(self.conf_path, CONTAINERS_CONF.format(
+            dir=PODMAN_DIR, pause=images.PAUSE_REF, bin_dir=self.bin_dir, conf_dir=self.conf_dir))
         sb.write("/etc/containers/storage.conf", STORAGE_CONF)
         sb.write("/etc/containers/policy.json", POLICY_JSON)
         sb.write("/etc/containers/registries.conf", REGISTRIES_CONF)
         os.makedirs(sb.path(PODMAN_DIR), exist_ok=True)
         return self
 
-    def __call__(self, *args, check=True, timeout=60):
-        return self.sb.run(["podman"] + list(args), check=check, timeout=timeout, env=self.env)
+    def __call__(self, *args, check=True, timeout=60, text=True):
+        return self.sb.run(["podman"] + list(args), check=check, timeout=timeout, env=self.env, text=text)
 
     def load(self, archive_inner):
         return self("load", "-q", "-i", archive_inner)
