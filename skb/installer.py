@@ -363,6 +363,9 @@ def parse_pod_cidrs(text, source="the pod CIDR"):
         item = item.strip().strip('"')
         if not item:
             continue
+        if "/" not in item:
+            raise InstallError(f"{source}: {item!r} has no prefix length: a pod CIDR is a network, "
+                               "e.g. 10.244.1.0/24")
         try:
             net = ipaddress.ip_network(item, strict=True)
         except ValueError as e:
@@ -447,8 +450,8 @@ def conf_files(conf_dir):
         names = os.listdir(conf_dir)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if n.endswith(CONF_EXTENSIONS) and not n.startswith(".")
-                  and os.path.isfile(os.path.join(conf_dir, n)))
+    # libcni filters by extension only (a dotfile is loaded too); our temporary names end in .<pid>.
+    return sorted(n for n in names if n.endswith(CONF_EXTENSIONS) and os.path.isfile(os.path.join(conf_dir, n)))
 
 
 def config_conflicts(conf_dir, conf_name, network):
