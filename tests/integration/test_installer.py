@@ -1,0 +1,377 @@
+"""skb install / skb uninstall against temporary directories: what lands, reruns, upgrades, refusals,
+--wait, and runs killed with SIGKILL at every step and at random instants: the bin dir and the conf dir
+are never half-written, and a rerun completes.
+
+The suites installed here are fake (a bundle dir of random bytes with its MANIFEST, launchers carrying
+the launcher's marker), so the tests need no build; the ``skb`` that installs them is ``bin_dir``'s:
+the frozen one when SKB_BIN_DIR is set, else the source tree. A last test installs the real frozen suite.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from skb import installer
+from tests.helpers import cni_env, run_plugin
+
+APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")
+CONF = "10-skb.conflist"
+
+
+def make_suite(path, version, size=2 << 20, files=4):
+    """A staged bin dir: .skb-<version>-<hash>/ (random files + MANIFEST), the .skb link, and launchers
+    whose bytes differ per version."""
+    rng = random.Random(version)
+    work = os.path.join(path, ".work")
+    os.makedirs(os.path.join(work, "_internal"))
+    for i in range(files):
+        with open(os.path.join(work, "_internal", f"part{i}.so"), "wb") as f:
+            f.write(rng.randbytes(size))
+    with open(os.path.join(work, "skb-cni"), "wb") as f:
+        f.write(b"\x7fELF fake " + version.encode())
+    os.chmod(os.path.join(work, "skb-cni"), 0o755)
+    lines = installer.manifest_lines(work)
+    with open(os.path.join(work, "MANIFEST"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    import hashlib
+    name = f".skb-{version}-{hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:12]}"
+    os.rename(work, os.path.join(path, name))
+    os.symlink(name, os.path.join(path, ".skb"))
+    for applet in APPLETS:
+        with open(os.path.join(path, applet), "wb") as f:
+            f.write(b"\x7fELF " + installer.LAUNCHER_MARK + f" {applet} {version} ".encode() + b"x" * 20000)
+        os.chmod(os.path.join(path, applet), 0o755)
+    return path
+
+
+@pytest.fixture
+def skb(bin_dir):
+    return os.path.join(bin_dir, "skb")
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node's dirs, two versions of the suite to install, and the template's rendering for two CIDRs."""
+    class Node:
+        bin = str(tmp_path / "opt" / "cni" / "bin")
+        conf = str(tmp_path / "etc" / "cni" / "net.d")
+        v1 = make_suite(str(tmp_path / "suite1"), "0.1.0")
+        v2 = make_suite(str(tmp_path / "suite2"), "0.2.0")
+    return Node
+
+
+def run(skb, *args, env=None, timeout=60):
+    e = {"PATH": os.environ["PATH"]}
+    e.update(env or {})
+    return subprocess.run([skb, *args], env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def install(skb, node, suite, *extra, env=None, cidr="10.244.1.0/24"):
+    args = ["install", "--from", suite, "--bin-dir", node.bin, "--conf-dir", node.conf] + \
+        (["--pod-cidr", cidr] if cidr else []) + list(extra)
+    return run(skb, *args, env=env)
+
+
+def rendered(cidr):
+    return installer.conf_bytes(installer.render(installer.DEFAULT_TEMPLATE, installer.template_values(
+        installer.parse_pod_cidrs(cidr))))
+
+
+def read(path, mode="rb"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def assert_installed(node, suite):
+    name = os.readlink(os.path.join(suite, ".skb"))
+    assert sorted(os.listdir(node.bin)) == sorted([".skb", name, *APPLETS])
+    assert os.readlink(os.path.join(node.bin, ".skb")) == name
+    assert installer.verify(os.path.join(node.bin, name))
+    for a in APPLETS:
+        assert read(os.path.join(node.bin, a)) == read(os.path.join(suite, a))
+        assert os.access(os.path.join(node.bin, a), os.X_OK)
+
+
+def assert_consistent(node, suites, confs):
+    """What a runtime could see right now is whole: the .skb link names a complete bundle of one of
+    ``suites``; each launcher present is a complete launcher of one of them, and exists only once its
+    bundle does; the conflist is absent or exactly one of ``confs``. Temporary names may be left over."""
+    entries = os.listdir(node.bin) if os.path.isdir(node.bin) else []
+    link = os.path.join(node.bin, ".skb")
+    launchers = [e for e in entries if e in APPLETS]
+    if os.path.lexists(link):
+        name = os.readlink(link)
+        assert name in [os.readlink(os.path.join(s, ".skb")) for s in suites]
+        assert installer.verify(os.path.join(node.bin, name)), f"{name} is incomplete but .skb names it"
+    else:
+        assert not launchers, "a launcher was installed before its bundle"
+    for e in entries:
+        if installer.BUNDLE_RE.match(e):
+            assert installer.verify(os.path.join(node.bin, e)), f"{e}: a bundle under its final name is incomplete"
+    for a in launchers:
+        assert read(os.path.join(node.bin, a)) in [read(os.path.join(s, a)) for s in suites], f"{a} is half-written"
+    path = os.path.join(node.conf, CONF)
+    if os.path.exists(path):
+        assert read(path) in confs, "the conflist is half-written"
+
+
+# ------------------------------------------------------------------------------------ install, rerun, upgrade
+
+def test_install_then_rerun_changes_nothing(skb, node):
+    r = install(skb, node, node.v1)
+    assert r.returncode == 0, r.stderr
+    assert_installed(node, node.v1)
+    conf_path = os.path.join(node.conf, CONF)
+    assert read(conf_path) == rendered("10.244.1.0/24")
+    assert os.listdir(node.conf) == [CONF]
+    before = {p: os.stat(os.path.join(node.bin, p)).st_ino for p in os.listdir(node.bin)}
+    conf_ino = os.stat(conf_path).st_ino
+
+    r = install(skb, node, node.v1)
+    assert r.returncode == 0, r.stderr
+    assert "already installed" in r.stderr and "up to date" in r.stderr
+    assert {p: os.stat(os.path.join(node.bin, p)).st_ino for p in os.listdir(node.bin)} == before
+    assert os.stat(conf_path).st_ino == conf_ino  # not even rewritten: no inotify event for the runtime
+
+
+def test_upgrade_switches_bundle_and_launchers_and_removes_the_old(skb, node):
+    assert install(skb, node, node.v1).returncode == 0
+    r = install(skb, node, node.v2, cidr="10.244.2.0/24")
+    assert r.returncode == 0, r.stderr
+    assert_installed(node, node.v2)
+    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.2.0/24")
+
+
+def test_install_repairs_an_altered_bundle_and_a_truncated_launcher(skb, node):
+    assert install(skb, node, node.v1).returncode == 0
+    name = os.readlink(os.path.join(node.bin, ".skb"))
+    with open(os.path.join(node.bin, name, "_internal", "part0.so"), "r+b") as f:
+        f.truncate(100)
+    with open(os.path.join(node.bin, "ptp"), "r+b") as f:
+        f.truncate(10)
+    assert install(skb, node, node.v1).returncode == 0
+    assert_installed(node, node.v1)
+
+
+def test_no_config(skb, node):
+    r = install(skb, node, node.v1, "--no-config", cidr=None)
+    assert r.returncode == 0, r.stderr
+    assert_installed(node, node.v1)
+    assert not os.path.exists(node.conf)
+
+
+def test_template_and_set_and_pod_cidr_sources(skb, node, tmp_path):
+    tpl = tmp_path / "t.template"
+    tpl.write_text('{"cniVersion": "1.0.0", "name": "skb", "plugins": [{"type": "ptp", "mtu": ${MTU}, '
+                   '"ipam": {"type": "host-local", "subnet": "${POD_CIDR}"}}]}')
+    cidrs = tmp_path / "pod-cidrs"
+    cidrs.write_text("10.244.7.0/24 fd00:7::/64")
+    r = install(skb, node, node.v1, "--template", str(tpl), "--pod-cidr-file", str(cidrs), "--set", "MTU=1450",
+                cidr=None)
+    assert r.returncode == 0, r.stderr
+    conf = json.loads(read(os.path.join(node.conf, CONF)))
+    assert conf["plugins"][0] == {"type": "ptp", "mtu": 1450, "ipam": {"type": "host-local", "subnet": "10.244.7.0/24"}}
+
+    r = install(skb, node, node.v1, env={"SKB_POD_CIDR": "10.244.8.0/24"}, cidr=None)
+    assert r.returncode == 0, r.stderr
+    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.8.0/24")
+
+
+@pytest.mark.parametrize("args, env, words", [
+    ([], {}, "${POD_RANGES}, which has no value (give the node's pod CIDR"),
+    (["--pod-cidr", "10.244.1.1/24"], {}, "--pod-cidr: '10.244.1.1/24' is not a network"),
+    ([], {"SKB_POD_CIDR": "nonsense"}, "SKB_POD_CIDR: 'nonsense' has no prefix length"),
+    (["--pod-cidr-file", "/nonexistent/cidrs"], {}, "cannot read the pod CIDR file /nonexistent/cidrs"),
+    (["--template", "/nonexistent/t"], {}, "cannot read the template /nonexistent/t"),
+    (["--pod-cidr", "10.0.0.0/24", "--set", "bad"], {}, "--set 'bad': expected NAME=VALUE"),
+])
+def test_bad_input_is_refused_before_anything_is_written(skb, node, args, env, words):
+    r = install(skb, node, node.v1, *args, env=env, cidr=None)
+    assert r.returncode == 1
+    assert words in r.stderr, r.stderr
+    assert not os.path.exists(node.bin) and not os.path.exists(node.conf)
+
+
+def test_from_is_required_outside_a_frozen_suite(skb, node, bin_dir):
+    if os.environ.get("SKB_BIN_DIR"):
+        pytest.skip("the frozen skb defaults --from to its own suite (test_frozen_suite_installs_itself)")
+    r = run(skb, "install", "--bin-dir", node.bin, "--no-config")
+    assert r.returncode == 1 and "--from DIR is required" in r.stderr
+
+
+def test_missing_suite_is_named(skb, node, tmp_path):
+    r = install(skb, node, str(tmp_path))
+    assert r.returncode == 1 and "holds no skb-cni suite" in r.stderr
+
+
+# ------------------------------------------------------------------------------------ another network's config
+
+def test_refuses_to_overwrite_another_networks_config_unless_forced(skb, node):
+    os.makedirs(node.conf)
+    other = json.dumps({"cniVersion": "0.3.1", "name": "cbr0", "plugins": [{"type": "flannel"}]}).encode()
+    with open(os.path.join(node.conf, CONF), "wb") as f:
+        f.write(other)
+    r = install(skb, node, node.v1)
+    assert r.returncode == 1
+    assert f"{CONF} holds network 'cbr0', not 'skb': refusing to overwrite it" in r.stderr and "--force" in r.stderr
+    assert read(os.path.join(node.conf, CONF)) == other
+    r = install(skb, node, node.v1, "--force")
+    assert r.returncode == 0, r.stderr
+    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.1.0/24")
+
+
+def test_refuses_to_sit_behind_another_networks_config_unless_forced(skb, node):
+    os.makedirs(node.conf)
+    with open(os.path.join(node.conf, "05-calico.conflist"), "w") as f:
+        json.dump({"cniVersion": "0.3.1", "name": "k8s-pod-network", "plugins": [{"type": "calico"}]}, f)
+    r = install(skb, node, node.v1)
+    assert r.returncode == 1
+    assert "05-calico.conflist (network 'k8s-pod-network') comes before 10-skb.conflist" in r.stderr
+    assert not os.path.exists(os.path.join(node.conf, CONF))
+    r = install(skb, node, node.v1, "--force")
+    assert r.returncode == 0 and "warning" in r.stderr
+    r = install(skb, node, node.v1, "--conf-name", "00-skb.conflist")
+    assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------------------------------ uninstall
+
+def test_uninstall_removes_only_our_config_and_purge_only_our_launchers(skb, node):
+    assert install(skb, node, node.v1).returncode == 0
+    go_ptp = b"\x7fELF a Go plugin, not ours"
+    with open(os.path.join(node.bin, "ptp"), "wb") as f:  # e.g. the Go ptp installed over ours since
+        f.write(go_ptp)
+    with open(os.path.join(node.bin, "bridge"), "wb") as f:
+        f.write(b"\x7fELF Go bridge")
+    r = run(skb, "uninstall", "--conf-dir", node.conf)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(node.conf) == [] and "not ready" in r.stderr
+    assert sorted(os.listdir(node.bin))[:2] == [".skb", os.readlink(os.path.join(node.bin, ".skb"))]
+    r = run(skb, "uninstall", "--conf-dir", node.conf)
+    assert r.returncode == 0 and "already gone" in r.stderr
+
+    r = run(skb, "uninstall", "--conf-dir", node.conf, "--purge", "--bin-dir", node.bin)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(node.bin)) == ["bridge", "ptp"] and read(os.path.join(node.bin, "ptp")) == go_ptp
+    assert "kept" in r.stderr and "not an skb-cni launcher" in r.stderr
+
+
+def test_uninstall_refuses_another_networks_config_unless_forced(skb, node):
+    os.makedirs(node.conf)
+    with open(os.path.join(node.conf, CONF), "w") as f:
+        json.dump({"name": "cbr0"}, f)
+    r = run(skb, "uninstall", "--conf-dir", node.conf)
+    assert r.returncode == 1 and "holds network 'cbr0', not 'skb': refusing to remove it" in r.stderr
+    assert os.path.exists(os.path.join(node.conf, CONF))
+    assert run(skb, "uninstall", "--conf-dir", node.conf, "--network", "cbr0").returncode == 0
+    with open(os.path.join(node.conf, CONF), "w") as f:
+        json.dump({"name": "cbr0"}, f)
+    assert run(skb, "uninstall", "--conf-dir", node.conf, "--force").returncode == 0
+    assert os.listdir(node.conf) == []
+
+
+# ------------------------------------------------------------------------------------ --wait
+
+def test_wait_puts_back_what_goes_missing_and_stops_on_sigterm(skb, node):
+    e = {"PATH": os.environ["PATH"]}
+    for uninstall_on_stop in (False, True):
+        args = [skb, "install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf,
+                "--pod-cidr", "10.244.1.0/24", "--wait", "--interval", "0.2"]
+        p = subprocess.Popen(args + (["--uninstall-on-stop"] if uninstall_on_stop else []), env=e,
+                             stderr=subprocess.PIPE, text=True)
+        seen = []
+        try:
+            conf = os.path.join(node.conf, CONF)
+            while not seen or "watching" not in seen[-1]:  # the first install is done
+                seen.append(p.stderr.readline())
+                assert seen[-1], f"skb install --wait ended: {''.join(seen)}"
+            os.unlink(conf)
+            os.unlink(os.path.join(node.bin, "loopback"))
+            _wait_for(lambda: os.path.exists(conf) and os.path.exists(os.path.join(node.bin, "loopback")))
+            assert_installed(node, node.v1)
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=10) == 0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        err = "".join(seen) + p.stderr.read()
+        assert "installing again" in err
+        assert os.path.exists(conf) is not uninstall_on_stop, err
+
+
+def _wait_for(cond, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+# ------------------------------------------------------------------------------------ killed half-way
+
+CRASH_POINTS = ("bundle-copied", "link-made", "launcher-written", "config-half-written")
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+@pytest.mark.parametrize("upgrade", [False, True], ids=["fresh", "upgrade"])
+def test_sigkill_at_each_step_leaves_whole_files_and_a_rerun_completes(skb, node, point, upgrade):
+    old_conf, new_conf = rendered("10.244.1.0/24"), rendered("10.244.2.0/24")
+    if upgrade:
+        assert install(skb, node, node.v1).returncode == 0
+    r = install(skb, node, node.v2, env={installer.CRASH_ENV: point}, cidr="10.244.2.0/24")
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+    assert_consistent(node, [node.v1, node.v2], [old_conf, new_conf])
+    if point == "config-half-written":
+        assert any(".skb-tmp." in e for e in os.listdir(node.conf)), "the kill landed mid-write"
+    r = install(skb, node, node.v2, cidr="10.244.2.0/24")
+    assert r.returncode == 0, r.stderr
+    assert_installed(node, node.v2)
+    assert os.listdir(node.conf) == [CONF] and read(os.path.join(node.conf, CONF)) == new_conf
+
+
+def test_sigkill_at_random_instants(skb, node):
+    """Upgrades back and forth, each SIGKILLed at a random instant of its run: after every kill what a
+    runtime could see is whole; a final run completes."""
+    suites = [node.v1, node.v2]
+    confs = [rendered("10.244.1.0/24"), rendered("10.244.2.0/24")]
+    start = time.monotonic()
+    assert install(skb, node, node.v1).returncode == 0
+    full = time.monotonic() - start
+    rng = random.Random(1234)
+    e = {"PATH": os.environ["PATH"]}
+    killed = 0
+    for i in range(16):
+        target = i % 2 == 0
+        args = [skb, "install", "--from", suites[target], "--bin-dir", node.bin, "--conf-dir", node.conf,
+                "--pod-cidr", ["10.244.1.0/24", "10.244.2.0/24"][target]]
+        p = subprocess.Popen(args, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0, full * 1.2))
+        p.send_signal(signal.SIGKILL)
+        killed += p.wait() == -signal.SIGKILL
+        assert_consistent(node, suites, confs)
+    assert killed >= 4, f"only {killed} of 16 runs were killed before finishing: the instants are too late"
+    r = install(skb, node, node.v2, cidr="10.244.2.0/24")
+    assert r.returncode == 0, r.stderr
+    assert_installed(node, node.v2)
+
+
+# ------------------------------------------------------------------------------------ the real frozen suite
+
+@pytest.mark.frozen
+def test_frozen_suite_installs_itself(tmp_path):
+    """The frozen skb installs the suite it runs from (no --from), and the copy works."""
+    frozen = os.environ["SKB_BIN_DIR"]
+    dest, conf = str(tmp_path / "bin"), str(tmp_path / "net.d")
+    r = run(os.path.join(frozen, "skb"), "install", "--bin-dir", dest, "--conf-dir", conf,
+            "--pod-cidr", "10.244.1.0/24")
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(dest)) == sorted(os.listdir(frozen))
+    v = run_plugin(os.path.join(dest, "loopback"), cni_env("VERSION"), {"cniVersion": "1.0.0"})
+    assert v.rc == 0 and "1.0.0" in v.json["supportedVersions"]
+    r = run(os.path.join(dest, "skb"), "uninstall", "--conf-dir", conf, "--purge", "--bin-dir", dest)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(dest) == [] and os.listdir(conf) == []
