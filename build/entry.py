@@ -6,8 +6,13 @@ applet dispatcher runs, then the process ends with ``os._exit`` once stdout and 
 interpreter finalization (module teardown, a last GC) only costs time in a process that ends anyway.
 ``os`` and ``sys`` are already loaded by PyInstaller's bootstrap: no import cost here.
 """
+import gc
 import os
 import sys
+
+# A plugin call is a short-lived process that allocates little and exits with os._exit: cyclic garbage
+# collection only spends time during the imports.
+gc.disable()
 
 for _name in ("_PYI_ARCHIVE_FILE", "_PYI_PARENT_PROCESS_LEVEL", "_PYI_LINUX_PROCESS_NAME"):
     os.environ.pop(_name, None)

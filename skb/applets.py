@@ -15,6 +15,11 @@ APPLETS = {
 }
 
 
+def _environ_command():
+    import os  # already loaded by the interpreter's start-up in the frozen bundle
+    return os.environ.get("CNI_COMMAND", "")
+
+
 def main(argv=None):
     argv = sys.argv if argv is None else argv
     prog = argv[0].rsplit("/", 1)[-1] if argv else ""
@@ -25,6 +30,12 @@ def main(argv=None):
     else:
         sys.stderr.write("usage: skb-cni APPLET [ARGS...]\napplets: " + ", ".join(sorted(APPLETS)) + "\n")
         return 2
+    if name != "skb" and _environ_command() == "VERSION":
+        # Every plugin gives the same answer: reply before loading any plugin code. podman asks each
+        # plugin of each network before every command, so this path is hot.
+        from skb.version import VERSION_REPLY
+        sys.stdout.write(VERSION_REPLY)
+        return 0
     module = __import__(APPLETS[name], fromlist=["main"])
     return module.main(args)
 

@@ -8,8 +8,7 @@ from skb import jsonio
 from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
 from skb.env import valid_name
 
-SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
-LATEST = SUPPORTED_VERSIONS[-1]
+from skb.version import LATEST, SUPPORTED_VERSIONS  # noqa: F401 (re-exported)
 
 _TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", dict: "an object",
                list: "a list"}

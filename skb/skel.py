@@ -12,6 +12,7 @@ import os
 import sys
 
 from skb import config, env, jsonio
+from skb.version import VERSION_REPLY
 from skb.errors import CNIError, INTERNAL, IO_FAILURE, DECODE, INVALID_ENV
 
 __all__ = ["Plugin", "run", "main"]
@@ -78,10 +79,8 @@ def run(plugin, environ, stdin):
             out.stderr = _about(plugin)
             return out
         if args.command == env.VERSION:
-            # Like Go's skel, VERSION does not read stdin (a runtime may leave it open) and answers
-            # with the newest version it speaks; runtimes only check supportedVersions.
-            out.stdout = jsonio.dumps({"cniVersion": config.LATEST,
-                                       "supportedVersions": list(config.SUPPORTED_VERSIONS)}) + "\n"
+            # Like Go's skel, VERSION does not read stdin (a runtime may leave it open).
+            out.stdout = VERSION_REPLY
             return out
         out.stdin = stdin if isinstance(stdin, (bytes, str)) else _read_stdin(stdin)
         conf = out.conf = config.parse(out.stdin)

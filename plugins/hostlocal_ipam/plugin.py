@@ -11,7 +11,6 @@ A drop-in for the reference plugin (same keys, same files, same round-robin orde
 from skb import skel
 from skb import config as cfg
 from skb.errors import CNIError, INVALID_CONFIG, NOT_AVAILABLE
-from skb.result import DNS, IPConfig, parse_result, Result
 
 from skb_plugins.hostlocal_ipam import config as hcfg
 from skb_plugins.hostlocal_ipam.allocator import UNAVAILABLE, allocate, candidates
@@ -42,6 +41,7 @@ def cmd_add(args, conf):
             store.commit()
             raise
         store.commit()
+    from skb.result import DNS, IPConfig, parse_result, Result  # only ADD builds a result
     ips = []
     for rset, ip, new in got:
         r = rset.range_for(ip)
