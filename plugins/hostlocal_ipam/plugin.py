@@ -132,7 +132,7 @@ def cmd_gc(args, conf):
             if not keep:
                 store.release(ip, owner)
                 released += 1
-        store.rebuild()
+        store.commit()
     if released:
         import sys
         sys.stderr.write(f"host-local: GC released {released} reservation(s) of network {conf.name}\n")

@@ -1,0 +1,125 @@
+"""host-local: our frozen plugin against Go's /usr/lib/cni/host-local, in one run.
+
+    tests/sandbox /usr/bin/python3 bench/hostlocal.py [--bin-dir DIR] [-n 40]
+
+host-local touches no network state (only its dataDir, a temporary directory here), so this needs no
+namespace; `make bench` runs it in the sandbox with the others anyway. Three measurements:
+
+1. ADD then DEL of one attachment, interleaved ours/Go, medians (target: ours <= 2x Go).
+2. Flatness: ADD+DEL in a /16 that already holds 60,000 reservations vs in an empty one (target: <= 2x).
+   The reservations are written directly in the Go layout, as if another host-local had made them; the
+   first call afterwards rebuilds our index (reported separately: it is paid once, not per call).
+3. GC over 1,000 and 10,000 reservations, half of them not valid any more (grows linearly).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+GO = "/usr/lib/cni/host-local"
+
+
+def conf(data_dir, subnet="10.1.0.0/16", version="1.0.0", **top):
+    c = {"cniVersion": version, "name": "bench", "type": "host-local",
+         "ipam": {"type": "host-local", "dataDir": data_dir, "ranges": [[{"subnet": subnet}]]}}
+    c.update(top)
+    return json.dumps(c).encode()
+
+
+def call(exe, command, cid, stdin):
+    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_IFNAME": "eth0", "CNI_NETNS": "/x",
+           "CNI_PATH": os.path.dirname(exe), "CNI_ARGS": "", "PATH": "/usr/bin:/bin"}
+    t = time.perf_counter()
+    p = subprocess.run([exe], input=stdin, env=env, capture_output=True)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"{exe} {command} {cid} failed: {p.stdout.decode()} {p.stderr.decode()}")
+    return dt
+
+
+def add_del(exe, stdin, cid):
+    return call(exe, "ADD", cid, stdin) + call(exe, "DEL", cid, stdin)
+
+
+def median_ms(xs):
+    return statistics.median(xs) * 1000
+
+
+def fill(data_dir, n):
+    """n reservations in the Go layout (a /16 from 10.1.0.2 on), last_reserved_ip.0 at the last one."""
+    d = os.path.join(data_dir, "bench")
+    os.makedirs(d, exist_ok=True)
+    for i in range(n):
+        v = (10 << 24) | (1 << 16) | (i + 2)
+        ip = f"{v >> 24}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}"
+        with open(os.path.join(d, ip), "wb") as f:
+            f.write(f"fill{i}\r\neth0".encode())
+    with open(os.path.join(d, "last_reserved_ip.0"), "w") as f:
+        f.write(ip)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin-dir", default=os.environ.get("SKB_BIN_DIR", "dist/bin"))
+    ap.add_argument("-n", type=int, default=40)
+    opts = ap.parse_args()
+    ours = os.path.join(opts.bin_dir, "host-local")
+    for exe in (ours, GO):
+        if not os.access(exe, os.X_OK):
+            raise SystemExit(f"missing {exe}: run `make build` (ours) / `make deps` (Go's)")
+    tmp = tempfile.mkdtemp(prefix="skb-bench-hl-")
+    try:
+        # 1. ADD+DEL, interleaved
+        times = {"ours": [], "go": []}
+        for label, exe in (("ours", ours), ("go", GO)):
+            for i in range(3):
+                add_del(exe, conf(os.path.join(tmp, label)), f"warm{i}")
+        for i in range(opts.n):
+            for label, exe in (("ours", ours), ("go", GO)) if i % 2 else (("go", GO), ("ours", ours)):
+                times[label].append(add_del(exe, conf(os.path.join(tmp, label)), f"c{i}"))
+        o, g = median_ms(times["ours"]), median_ms(times["go"])
+        print(f"host-local ADD+DEL, n={opts.n}: ours {o:.2f} ms, Go {g:.2f} ms, ratio {o / g:.2f}x (target <= 2x)")
+
+        # 2. flatness in a /16 with 60,000 reservations
+        full = os.path.join(tmp, "full")
+        fill(full, 60000)
+        stdin = conf(full)
+        t = time.perf_counter()
+        call(ours, "ADD", "first", stdin)
+        first = (time.perf_counter() - t) * 1000
+        call(ours, "DEL", "first", stdin)
+        empty_dir = os.path.join(tmp, "empty")
+        flat = {"empty": [], "60k": []}
+        for i in range(opts.n):
+            flat["empty"].append(add_del(ours, conf(empty_dir), f"e{i}"))
+            flat["60k"].append(add_del(ours, stdin, f"f{i}"))
+        e, f = median_ms(flat["empty"]), median_ms(flat["60k"])
+        print(f"ours ADD+DEL in an empty /16 {e:.2f} ms, with 60,000 reserved {f:.2f} ms: {f / e:.2f}x (target <= 2x); "
+              f"first call after foreign changes (index rebuild) {first:.0f} ms")
+        go_full = os.path.join(tmp, "gofull")
+        fill(go_full, 60000)
+        gt = [add_del(GO, conf(go_full), f"g{i}") for i in range(5)]
+        print(f"Go ADD+DEL with 60,000 reserved: {median_ms(gt):.1f} ms (it reads every reservation file on ADD)")
+
+        # 3. GC over 1,000 and 10,000 reservations, half of them valid
+        for n in (1000, 10000):
+            d = os.path.join(tmp, f"gc{n}")
+            fill(d, n)
+            valid = [{"containerID": f"fill{i}", "ifname": "eth0"} for i in range(0, n, 2)]
+            stdin = conf(d, version="1.1.0", **{"cni.dev/valid-attachments": valid})
+            t = time.perf_counter()
+            call(ours, "GC", "", stdin)
+            dt = (time.perf_counter() - t) * 1000
+            left = len([x for x in os.listdir(os.path.join(d, "bench")) if x[0].isdigit()])
+            print(f"GC over {n} reservations ({n // 2} released): {dt:.0f} ms, {left} left")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
