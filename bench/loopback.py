@@ -29,6 +29,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tests.helpers import in_sandbox  # noqa: E402 (the sandbox check, defined once)
 PY = "/usr/bin/python3"  # Debian's interpreter, never a version-manager shim
 GO_DEFAULT = "/usr/lib/cni"
 TARGET_TIME, TARGET_RSS = 4.0, 3.0
@@ -63,20 +65,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
-
-
-def in_sandbox():
-    """Inside tests/sandbox: our netns differs from the one it recorded before unsharing (and from PID 1's,
-    where that is readable; some machines deny even root a look)."""
-    outer = os.environ.get("SKB_OUTER_NETNS", "")
-    own = os.stat("/proc/self/ns/net")
-    if not outer or outer == f"{own.st_dev}:{own.st_ino}":
-        return False
-    try:
-        init = os.stat("/proc/1/ns/net")
-    except OSError:
-        return True
-    return (own.st_dev, own.st_ino) != (init.st_dev, init.st_ino)
 
 
 def sh(*cmd, **kw):

@@ -25,14 +25,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tests.helpers import in_sandbox  # noqa: E402 (the sandbox check, defined once)
 GO_DIR = "/usr/lib/cni"
 TARGET = 1.6
-
-
-def in_sandbox():
-    outer = os.environ.get("SKB_OUTER_NETNS", "")
-    own = os.stat("/proc/self/ns/net")
-    return bool(outer) and outer != f"{own.st_dev}:{own.st_ino}"
 
 
 def spawn(exe, env, stdin_path, out_path):

@@ -1,10 +1,11 @@
+import json
 import os
 import subprocess
 import uuid
 
 import pytest
 
-from tests.helpers import GO_BIN_DIR, in_sandbox, link_flags, source_bin_dir
+from tests.helpers import GO_BIN_DIR, in_sandbox, ip_json, link_flags, source_bin_dir
 
 SANDBOXED = in_sandbox()
 
@@ -48,12 +49,45 @@ def make_netns(request):
 
     yield make
     for name in made:
+        # The kernel destroys a deleted netns asynchronously, and a veth's host end (with the routes and
+        # addresses on it) lingers until then: delete its links first, so the next test starts clean.
+        try:
+            links = ip_json("link", "show", netns=name)
+        except subprocess.CalledProcessError:
+            links = []
+        for link in links:
+            if link["ifname"] != "lo":
+                subprocess.run(["ip", "-n", name, "link", "del", "dev", link["ifname"]], check=False,
+                               capture_output=True)
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
+def _host_state():
+    """What a kernel test may not leave behind in the sandbox host's netns (it stands for the node)."""
+    links = {link["ifname"] for link in ip_json("link", "show")}
+    routes = {json.dumps(r, sort_keys=True) for fam in ("-4", "-6") for r in ip_json(fam, "route", "show", "table", "all")
+              if r.get("protocol") != "kernel" and r.get("type") not in ("local", "multicast", "broadcast")}
+    addrs = {f"{a['local']}/{a['prefixlen']}" for link in ip_json("addr", "show") for a in link.get("addr_info", [])}
+    netns = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    return {"links": links, "routes": routes, "addresses": addrs, "named netns": netns}
+
+
 @pytest.fixture(autouse=True)
-def _sandbox_host_lo_stays_up(request):
-    """Every kernel test must leave the sandbox host's lo UP: it stands for the node's own lo."""
+def _sandbox_host_left_as_found(request):
+    """Every kernel test must leave the sandbox host as it found it: lo UP (it stands for the node's own
+    lo), and no link, route, address or named netns of its own left behind (later tests would trip on
+    them, as a node would)."""
+    if not (SANDBOXED and "kernel" in request.keywords):
+        yield
+        return
+    before = _host_state()
     yield
-    if SANDBOXED and "kernel" in request.keywords:
-        assert "UP" in link_flags("lo"), "the sandbox host's lo was set DOWN by this test"
+    assert "UP" in link_flags("lo"), "the sandbox host's lo was set DOWN by this test"
+    after = _host_state()
+    leaks = {k: sorted(after[k] - before[k]) for k in after if after[k] - before[k]}
+    if leaks:
+        for name in leaks.get("named netns", []):
+            subprocess.run(["ip", "netns", "del", name], check=False)
+        for name in leaks.get("links", []):
+            subprocess.run(["ip", "link", "del", name], check=False)
+        pytest.fail(f"this test left state in the sandbox host's netns: {leaks}")
