@@ -10,6 +10,7 @@ podman: ``containers.conf`` with ``network_backend = "cni"``, ``cni_plugin_dirs`
 ``network_config_dir``, cgroupfs, the file events logger; ``storage.conf`` with vfs under the sandbox's
 ``/var/lib/containers``. Both are passed by environment variable too, so no file of the machine's is read.
 """
+import json
 import os
 import time
 
@@ -119,7 +120,7 @@ infra_image = "{pause}"
 
 [network]
 network_backend = "cni"
-cni_plugin_dirs = ["{bin_dir}"]
+cni_plugin_dirs = {bin_dirs}
 network_config_dir = "{conf_dir}"
 default_network = "skb-e2e-unused"
 """
@@ -139,9 +140,9 @@ class Podman:
     """podman with its own containers.conf (``conf_name`` in /etc/containers: several can share one
     sandbox's image store, each with its own plugin and network config dirs)."""
 
-    def __init__(self, sb, bin_dir, env=None, conf_dir=CNI_CONF_DIR, conf_name="containers.conf"):
+    def __init__(self, sb, bin_dir, env=None, conf_dir=CNI_CONF_DIR, conf_name="containers.conf", extra_bin_dirs=()):
         self.sb = sb
-        self.bin_dir = bin_dir
+        self.bin_dirs = [bin_dir, *extra_bin_dirs]
         self.conf_dir = conf_dir
         self.conf_path = f"/etc/containers/{conf_name}"
         self.env = {"CONTAINERS_CONF": self.conf_path,
@@ -152,7 +153,7 @@ class Podman:
     def setup(self):
         sb = self.sb
         sb.write(self.conf_path, CONTAINERS_CONF.format(
-            dir=PODMAN_DIR, pause=images.PAUSE_REF, bin_dir=self.bin_dir, conf_dir=self.conf_dir))
+            dir=PODMAN_DIR, pause=images.PAUSE_REF, bin_dirs=json.dumps(self.bin_dirs), conf_dir=self.conf_dir))
         sb.write("/etc/containers/storage.conf", STORAGE_CONF)
         sb.write("/etc/containers/policy.json", POLICY_JSON)
         sb.write("/etc/containers/registries.conf", REGISTRIES_CONF)

@@ -8,8 +8,8 @@ anything runs, private tmpfs are mounted on every place a runtime writes or look
   ``containerd``: IPAM store, result cache, image stores), ``/var/tmp``, ``/opt`` (so ``/opt/cni/bin``,
   where ``ctr run --cni`` looks for plugins with no way to say otherwise, can be our bin dir);
 - ``/etc/cni/net.d``, ``/etc/containers``, ``/etc/containerd``: only the configuration a test writes;
-- the standard plugin dirs (``/usr/lib/cni``, ``/usr/libexec/cni``, ``/opt/cni/bin``) that exist here,
-  empty: no Go plugin can stand in for one of ours.
+- the standard plugin dirs (``/usr/lib/cni``, ``/usr/libexec/cni``, ``/usr/local/lib/cni``, ...) that
+  exist here, empty: no Go plugin can stand in for one of ours (``/opt`` is a tmpfs already).
 
 The netns is the sandbox's "host": its interfaces, routes, sysctls and firewall rules vanish with it.
 Commands run inside through ``nsenter`` into all three namespaces; files inside are reached from the test
@@ -27,7 +27,7 @@ import time
 import uuid
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-HIDDEN_PLUGIN_DIRS = ("/usr/lib/cni", "/usr/libexec/cni", "/opt/cni/bin")
+HIDDEN_PLUGIN_DIRS = ("/usr/lib/cni", "/usr/libexec/cni", "/usr/local/lib/cni", "/usr/local/libexec/cni", "/opt/cni/bin")
 PRIVATE_DIRS = ("/run", "/var/lib", "/var/tmp", "/opt", "/etc/cni/net.d", "/etc/containers", "/etc/containerd")
 SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

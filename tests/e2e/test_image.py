@@ -91,8 +91,10 @@ def test_image_default_command_waits_and_uninstalls_on_stop_when_asked(sandbox, 
     for uninstall in ("false", "true"):
         podman("run", "-d", "--name", "installer", "--network", "none", "--cgroup-parent", sandbox.cgroup_parent,
                "-e", f"SKB_POD_CIDR={POD_CIDR}", "-e", f"SKB_UNINSTALL_ON_STOP={uninstall}", *node_mounts(), IMAGE)
+        # Until the first install is done and the signal handlers are set (as PID 1 of its container, an
+        # earlier SIGTERM would be ignored, and podman stop would SIGKILL it after -t seconds).
         deadline = time.monotonic() + 20
-        while not os.path.exists(conflist) and time.monotonic() < deadline:
+        while "watching" not in podman("logs", "installer").stderr and time.monotonic() < deadline:
             time.sleep(0.1)
         assert os.path.exists(conflist)
         assert podman("inspect", "installer", "--format", "{{.State.Running}}").stdout.strip() == "true"

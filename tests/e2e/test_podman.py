@@ -20,10 +20,19 @@ pytestmark = [pytest.mark.e2e, pytest.mark.kernel, pytest.mark.frozen]
 PODMAN_CNI_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0")
 
 
+EXTRA_BIN = "/run/skb-e2e/extra-bin"
+# A plugin whose VERSION answer leaves out 1.0.0: the control that shows podman really drops a network
+# on a negative probe (so a listed network means its probes passed).
+REFUSER = """#!/bin/sh
+echo '{"cniVersion":"0.4.0","supportedVersions":["0.3.1","0.4.0"]}'
+"""
+
+
 @pytest.fixture
 def podman(sandbox, suite_dir, image_archives):
     require("podman", "conmon", "runc")
-    p = Podman(sandbox, suite_dir, env={"SKB_DEBUG_LOG": CALL_LOG}).setup()
+    sandbox.write(f"{EXTRA_BIN}/refuser", REFUSER, mode=0o755)
+    p = Podman(sandbox, suite_dir, env={"SKB_DEBUG_LOG": CALL_LOG}, extra_bin_dirs=[EXTRA_BIN]).setup()
     p.load(image_archives["busybox"])
     return p
 
@@ -37,26 +46,33 @@ def container_ip(podman, name, network):
     return info["NetworkSettings"]["Networks"][network]["IPAddress"]
 
 
-def test_version_probes_accept_every_cni_version(sandbox, podman):
-    """One network per spec version podman reads: each is listed (its VERSION probes passed: a failed or
-    negative probe drops the network silently) and a container on it gets its address."""
-    for v in PODMAN_CNI_VERSIONS:
-        subnet = f"10.77.{PODMAN_CNI_VERSIONS.index(v)}.0/24"
-        state.write_conflist(sandbox, state.conflist(f"v{v.replace('.', '')}", subnet, version=v))
+def test_version_probes_accept_every_cni_version(sandbox, podman, suite_dir):
+    """One network per spec version podman reads: each is listed (podman runs VERSION on each of its
+    plugins and silently drops the network when one fails or does not list the conflist's version) and a
+    container on it gets its address. A network with a plugin that leaves the version out is dropped."""
+    names = {v: f"v{v.replace('.', '')}" for v in PODMAN_CNI_VERSIONS}
+    for i, v in enumerate(PODMAN_CNI_VERSIONS):
+        state.write_conflist(sandbox, state.conflist(names[v], f"10.77.{i}.0/24", version=v))
+    refused = state.conflist("refused", "10.78.0.0/24")
+    refused["plugins"].append({"type": "refuser"})
+    state.write_conflist(sandbox, refused)
     listed = podman("network", "ls", "--format", "{{.Name}}").stdout.split()
-    assert sorted(f"v{v.replace('.', '')}" for v in PODMAN_CNI_VERSIONS) == sorted(n for n in listed if n.startswith("v"))
+    assert sorted(n for n in listed if n.startswith("v")) == sorted(names.values())
+    assert "refused" not in listed
 
-    probes = state.calls(sandbox, command="VERSION")
-    assert {r["plugin"] for r in probes} >= {"ptp", "loopback", "debug"}
-    for r in probes:
-        assert r["exitCode"] == 0
-        assert set(PODMAN_CNI_VERSIONS) <= set(json.loads(r["stdout"])["supportedVersions"])
+    # the probe exactly as podman sends it, to each of our plugins
+    env = {"CNI_COMMAND": "VERSION", "CNI_PATH": "dummy", "CNI_NETNS": "dummy", "CNI_IFNAME": "dummy"}
+    for plugin in ("ptp", "host-local", "loopback", "debug"):
+        r = sandbox.run([f"{suite_dir}/{plugin}"], env=env, input='{"cniVersion":"1.0.0"}')
+        assert set(PODMAN_CNI_VERSIONS) <= set(json.loads(r.stdout)["supportedVersions"]), (plugin, r.stdout)
 
     for i, v in enumerate(PODMAN_CNI_VERSIONS):
-        net = f"v{v.replace('.', '')}"
-        out = podman(*run_args(sandbox, net, "--rm"), images.BUSYBOX_REF, "ip", "-4", "-o", "addr", "show", "eth0").stdout
+        out = podman(*run_args(sandbox, names[v], "--rm"), images.BUSYBOX_REF, "ip", "-4", "-o", "addr", "show",
+                     "eth0").stdout
         assert f"inet 10.77.{i}.2/24" in out, (v, out)
-        state.assert_clean(sandbox, net)
+        adds = state.calls(sandbox, CAPTURE, command="ADD")
+        assert adds[-1]["exitCode"] == 0 and json.loads(adds[-1]["stdin"])["cniVersion"] == v
+        state.assert_clean(sandbox, names[v])
 
 
 def test_ptp_chain_gets_an_address_and_carries_traffic(sandbox, podman):
