@@ -29,6 +29,14 @@ def test_version_reply_without_loading_plugins():
         assert p.stderr.split() == ["skb", "skb.applets", "skb.version"], p.stderr
 
 
+def test_version_is_logged_when_the_debug_log_is_on(tmp_path):
+    log = tmp_path / "log"
+    p = subprocess.run([sys.executable, "-c", "import sys; from skb.applets import main; sys.exit(main(['loopback']))"],
+                       env={"CNI_COMMAND": "VERSION", "SKB_DEBUG_LOG": str(log)}, capture_output=True, text=True)
+    assert p.returncode == 0 and json.loads(p.stdout)["supportedVersions"] == list(SUPPORTED_VERSIONS)
+    assert json.loads(log.read_text())["command"] == "VERSION"
+
+
 def test_unknown_applet_usage(capsys):
     from skb.applets import main
     assert main(["nope"]) == 2
