@@ -2,7 +2,7 @@
 #
 #   make deps       system packages (apt) and the .venv build/test environment
 #   make build      dist/bin/: launchers + .skb bundle, ready to install
-#   make install    into $(CNI_BIN_DIR) (default /opt/cni/bin), atomically; also: make install CNI_BIN_DIR=/x
+#   make install    into $(CNI_BIN_DIR) (default /opt/cni/bin), atomically, and the tarball; CNI_BIN_DIR=/x
 #   make dist       dist/skb-cni-linux-amd64-v$(VERSION).tgz (extract into /opt/cni/bin = install)
 #   make test       bash tests/run (builds, installs to a temp dir, runs pytest in a sandbox netns)
 #   make bench      every bench/*.py inside tests/sandbox: ours vs the Go reference plugins
@@ -66,7 +66,8 @@ $(WORK)/launcher: build/launcher.c | $(DEPS_STAMP)
 	@mkdir -p $(WORK)
 	$$(command -v musl-gcc || echo gcc) -static -Os -s -Wall -Wextra -o $@ $<
 
-install: build
+# Also writes the release tarball: one command gives both the installed suite and what to ship elsewhere.
+install: build $(TARBALL)
 	$(PYTHON) build/bundle.py install dist/bin $(CNI_BIN_DIR)
 
 dist: $(TARBALL)
