@@ -123,3 +123,20 @@ def check_version(conf, command):
     if needs and SUPPORTED_VERSIONS.index(v) < SUPPORTED_VERSIONS.index(needs):
         raise CNIError(INCOMPATIBLE_VERSION, f"config version does not allow {command}",
                        f'{command} needs cniVersion "{needs}" or later; the config has "{v}"')
+
+
+def valid_attachments(conf):
+    """The attachments a GC call says are still valid, as {(containerID, ifname)}, or None when the call
+    carries no list at all (cnitool's gc): None means "say nothing", never "nothing is valid".
+    ``cni.dev/valid-attachments`` is the spec's key; ``cni.dev/attachments`` the spec-v1.1.0 tag's."""
+    for key in ("cni.dev/valid-attachments", "cni.dev/attachments"):
+        if key in conf.raw:
+            valid = set()
+            for i, a in enumerate(get(conf.raw, key, list, "", default=[])):
+                where = f"{key}[{i}]"
+                if not isinstance(a, dict):
+                    raise CNIError(INVALID_CONFIG, f"invalid field {where}: expected an object",
+                                   '{"containerID": "...", "ifname": "..."}')
+                valid.add((get(a, "containerID", str, where, required=True), get(a, "ifname", str, where, required=True)))
+            return valid
+    return None

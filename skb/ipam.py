@@ -204,14 +204,22 @@ def add(args, conf, stdin, environ=None):
     out = _execute("ADD", args, conf, stdin, environ)
     plugin = plugin_type(conf)
     try:
-        obj = jsonio.loads(out) if out.strip() else None
-    except ValueError as e:
-        raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed an unreadable result: {e}",
-                       out.decode(errors="replace")[:200]) from None
-    if obj is None:
-        raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed no result",
-                       "an IPAM ADD must print its result on stdout")
-    return parse_result(obj, conf.cni_version, where=f"IPAM result of {plugin}")
+        try:
+            obj = jsonio.loads(out) if out.strip() else None
+        except ValueError as e:
+            raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed an unreadable result: {e}",
+                           out.decode(errors="replace")[:200]) from None
+        if obj is None:
+            raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed no result",
+                           "an IPAM ADD must print its result on stdout")
+        return parse_result(obj, conf.cni_version, where=f"IPAM result of {plugin}")
+    except CNIError:
+        # The delegate succeeded, so it holds a reservation the caller never learns about: release it.
+        try:
+            _execute("DEL", args, conf, stdin, environ)
+        except CNIError:
+            pass
+        raise
 
 
 def delete(args, conf, stdin, environ=None):

@@ -102,25 +102,8 @@ def cmd_status(args, conf):
         store.__exit__(None, None, None)
 
 
-def _attachments(conf):
-    """The valid attachments a GC call carries, or None when it carries no list at all."""
-    for key in ("cni.dev/valid-attachments", "cni.dev/attachments"):
-        if key in conf.raw:
-            items = cfg.get(conf.raw, key, list, "")
-            valid = set()
-            for i, a in enumerate(items):
-                where = f"{key}[{i}]"
-                if not isinstance(a, dict):
-                    raise CNIError(INVALID_CONFIG, f"invalid field {where}: expected an object",
-                                   '{"containerID": "...", "ifname": "..."}')
-                valid.add((cfg.get(a, "containerID", str, where, required=True),
-                           cfg.get(a, "ifname", str, where, required=True)))
-            return valid
-    return None
-
-
 def cmd_gc(args, conf):
-    valid = _attachments(conf)
+    valid = cfg.valid_attachments(conf)
     if valid is None:  # no list is not "nothing is valid": releasing everything would be a disaster
         return
     valid_ids = {cid for cid, _ in valid}

@@ -180,6 +180,7 @@ def _add(args, conf, pc, stdin, ns, undo):
         # Before IPAM: a repeated ADD of a live attachment must fail here. Our host-local answers it with
         # the attachment's current address, and undoing that reservation would take it from the live pod.
         _ifname_free(args, cnl)
+        _attachment_free(args, conf, hnl)
         ipam_result = ipam.add(args, conf, stdin)
         undo.push("release the IPAM reservation", ipam.delete, args, conf, stdin)
         addrs = plan_addresses(ipam_result)
@@ -208,6 +209,20 @@ def _ifname_free(args, cnl):
     except NotFound:
         return
     raise _ifname_exists_error(args)
+
+
+def _attachment_free(args, conf, hnl):
+    """The attachment's host veth must not exist yet: if it does, the attachment is live (in another
+    netns, or never DELeted), and our host-local would hand back its address, which undoing this ADD
+    would then take from the live pod."""
+    name = host_veth_name(conf.name, args.container_id, args.ifname)
+    try:
+        link = hnl.link_get(name)
+    except NotFound:
+        return
+    if link.kind == "veth" and link.link_netnsid is not None:
+        raise CNIError(INTERNAL, f"attachment {args.container_id}/{args.ifname} of network {conf.name} already exists",
+                       f"its host veth {name} is still there: DEL the attachment before adding it again")
 
 
 def _make_veth(args, conf, pc, ns, hnl, cnl, undo, v6):
@@ -325,10 +340,11 @@ def cmd_del(args, conf):
     stdin = ipam.stdin_of(conf)
     prev = _prev_result_quietly(conf)
     ns = guard.open_target(args)
+    names = _host_end_names(args, conf, prev)
     if ns is not None:
         with ns:
-            _delete_container_end(args, ns)
-    _delete_host_end(args, conf, prev)
+            _delete_container_end(args, ns, names)
+    _delete_host_end(names)
     if pc.ip_masq:
         from skb import masq
         masq.teardown(conf.name, args.ifname, args.container_id)
@@ -343,27 +359,41 @@ def _prev_result_quietly(conf):
         return None   # DEL must not fail on a cached result it cannot read
 
 
-def _delete_container_end(args, ns):
-    with RtNetlink.for_netns(ns) as cnl:
+def _host_end_names(args, conf, prev):
+    """Where our host veth may be: its derived name, and the name the cached result gives."""
+    names = [host_veth_name(conf.name, args.container_id, args.ifname)]
+    if prev is not None:
+        names += [i.name for i in prev.interfaces if i.sandbox is None and i.name.startswith("veth")]
+    return list(dict.fromkeys(names))
+
+
+def _delete_container_end(args, ns, names):
+    """Delete CNI_IFNAME in the container only if it is one end of a ptp pair: after a failed ADD (the name
+    was taken) the runtime's DEL must not destroy another network's interface. A ptp pair is ours by
+    name, or (no cached result, e.g. an attachment Go's ptp made) a veth whose peer is a host veth that
+    is not enslaved to a bridge, as every ptp host end is."""
+    with RtNetlink.for_netns(ns) as cnl, RtNetlink() as hnl:
         try:
             link = cnl.link_get(args.ifname)
         except NotFound:
             return
-        if link.kind != "veth":
-            guard._note(f"DEL: {args.ifname} in {args.netns} is a {link.kind or 'non-veth'} link, not ptp's veth: "
-                        "left alone")
-            return
-        _delete_quietly(cnl, link.index)
+        if link.kind == "veth" and link.link_index:
+            try:
+                peer = hnl.link_get(link.link_index)
+            except NotFound:
+                peer = None
+            if (peer is not None and peer.kind == "veth" and peer.link_index == link.index
+                    and (peer.name in names or (peer.name.startswith("veth") and not peer.master))):
+                _delete_quietly(cnl, link.index)
+                return
+        guard._note(f"DEL: {args.ifname} in {args.netns} is not the container end of a ptp pair: left alone")
 
 
-def _delete_host_end(args, conf, prev):
+def _delete_host_end(names):
     """Delete our host veth (and with it the pair and its host routes) when the container end could not
     be reached: by its derived name, or by the name the cached result gives."""
-    names = [host_veth_name(conf.name, args.container_id, args.ifname)]
-    if prev is not None:
-        names += [i.name for i in prev.interfaces if i.sandbox is None and i.name.startswith("veth")]
     with RtNetlink() as hnl:
-        for name in dict.fromkeys(names):
+        for name in names:
             try:
                 link = hnl.link_get(name)
             except NotFound:
@@ -489,19 +519,6 @@ def cmd_status(args, conf):
     ipam.status(args, conf, ipam.stdin_of(conf))
 
 
-def _valid_attachments(raw):
-    items = raw.get("cni.dev/valid-attachments")
-    if items is None:
-        items = raw.get("cni.dev/attachments")
-    out = []
-    for item in items if isinstance(items, list) else []:
-        if isinstance(item, dict):
-            cid, ifname = item.get("containerID"), item.get("ifname")
-            if isinstance(cid, str) and isinstance(ifname, str):
-                out.append((ifname, cid))
-    return out
-
-
 def cmd_gc(args, conf):
     parse_conf(conf, "GC")
     errors = []
@@ -509,11 +526,13 @@ def cmd_gc(args, conf):
         ipam.gc(args, conf, ipam.stdin_of(conf))
     except CNIError as e:
         errors.append(e)
-    from skb import masq
-    try:
-        masq.gc(conf.name, _valid_attachments(conf.raw))
-    except CNIError as e:
-        errors.append(e)
+    valid = config.valid_attachments(conf)
+    if valid is not None:   # no list (cnitool's gc): say nothing about masquerading, as host-local does
+        from skb import masq
+        try:
+            masq.gc(conf.name, [(ifname, cid) for cid, ifname in valid])
+        except CNIError as e:
+            errors.append(e)
     if errors:
         raise errors[0]
 

@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
-from tests.helpers import GO_BIN_DIR
-from tests.integration.ptp_support import Ptp, host_veths, nspath, ptp_conf, reservations, snapshot
+from tests.helpers import GO_BIN_DIR, ip_json
+from tests.integration.ptp_support import (Ptp, host_veths, masq_chain_rules, nspath, ptp_conf, reservations,
+                                           snapshot)
 
 pytestmark = pytest.mark.kernel
 
@@ -195,19 +196,51 @@ def test_container_lo_ipv6_setting_restored(ours, make_netns, data_dir):
     assert out == "1"
 
 
-def test_result_the_version_cannot_hold(bin_dir, make_netns, data_dir):
-    """cniVersion 0.2.0 holds one address per family; static IPAM hands out two IPv4 addresses. The
-    conversion fails at the end of ADD, which is undone (the reference prints the error after leaving
-    everything configured)."""
-    ptp = Ptp(os.path.join(bin_dir, "ptp"), GO_BIN_DIR)
-    conf = {"cniVersion": "0.2.0", "name": "ptpnet", "type": "ptp",
-            "ipam": {"type": "static", "addresses": [{"address": "10.22.0.5/24", "gateway": "10.22.0.1"},
-                                                      {"address": "10.23.0.5/24", "gateway": "10.23.0.1"}]}}
+def test_del_after_a_failed_add_spares_the_interface_it_did_not_make(ours, make_netns, data_dir):
+    """The runtime DELs after a failed ADD; CNI_IFNAME belongs to something else (here a veth with both
+    ends in the container, as another plugin might have made): it must survive that DEL."""
     ns = make_netns()
-    before = snapshot(data_dir, [ns])
-    r = ptp.add(conf, nspath(ns))
-    if r.rc == 1 and "static" in r.stdout.lower():
-        pytest.skip(f"Go's static IPAM refused the config itself: {r.stdout}")
-    assert r.rc == 1, r
-    after = snapshot(data_dir, [ns])
-    assert after == before
+    subprocess.run(["ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "other0"], check=True)
+    assert ours.add(ptp_conf(data_dir), nspath(ns)).rc == 1
+    r = ours.delete(ptp_conf(data_dir), nspath(ns))
+    assert r.rc == 0 and "left alone" in r.stderr
+    assert sorted(link["ifname"] for link in ip_json("link", "show", netns=ns)) == ["eth0", "lo", "other0"]
+
+
+def test_live_attachment_in_another_netns_keeps_its_address(ours, make_netns, data_dir):
+    """The same container id + ifname added into a second netns (a runtime bug): refused before IPAM, so
+    the live pod keeps its address (our host-local would hand it back, and undoing would free it)."""
+    first, second = make_netns(), make_netns()
+    r = ours.add(ptp_conf(data_dir), nspath(first))
+    assert r.rc == 0
+    before = snapshot(data_dir, [first, second])
+    r2 = ours.add(ptp_conf(data_dir), nspath(second))
+    assert r2.rc == 1 and "already exists" in r2.json["msg"], r2
+    assert snapshot(data_dir, [first, second]) == before
+    assert ours.delete(ptp_conf(data_dir), nspath(first)).rc == 0
+
+
+def test_unreadable_ipam_result_is_released(bin_dir, make_netns, data_dir, tmp_path):
+    """An IPAM plugin that reserves, then prints something that is not a result: ptp releases it."""
+    d = tmp_path / "ipam-bin"
+    d.mkdir()
+    script(str(d / "host-local"), f'out=$({bin_dir}/host-local) || {{ echo "$out"; exit 1; }}\n'
+                                  '[ "$CNI_COMMAND" = ADD ] && echo "log: allocated" && echo "$out"\nexit 0\n')
+    ptp = Ptp(os.path.join(bin_dir, "ptp"), str(d))
+    ns = make_netns()
+    r = ptp.add(ptp_conf(data_dir), nspath(ns))
+    assert r.rc == 1 and "unreadable result" in r.json["msg"], r
+    assert reservations(data_dir) == {}
+
+
+def test_gc_without_a_list_keeps_masquerading(ours, make_netns, data_dir):
+    ns = make_netns()
+    conf = ptp_conf(data_dir, version="1.1.0", ipMasq=True)
+    assert ours.add(conf, nspath(ns)).rc == 0
+    rules = masq_chain_rules()
+    assert rules
+    assert ours("GC", conf).rc == 0                       # cnitool's gc: no list at all
+    assert masq_chain_rules() == rules
+    assert ours("GC", dict(conf, **{"cni.dev/valid-attachments": []})).rc == 0
+    assert masq_chain_rules() == []
+    assert ours.delete(conf, nspath(ns)).rc == 0

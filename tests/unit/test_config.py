@@ -76,3 +76,16 @@ def test_command_version_gates(command, version, ok):
     else:
         e = err(config.check_version, conf, command)
         assert e.code == 1 and e.msg == f"config version does not allow {command}"
+
+
+def test_valid_attachments_for_gc():
+    def va(raw):
+        return config.valid_attachments(config.NetConf(dict(raw, name="n")))
+    assert va({"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}],
+               "cni.dev/attachments": [{"containerID": "old", "ifname": "eth0"}]}) == {("a", "eth0")}
+    assert va({"cni.dev/attachments": [{"containerID": "b", "ifname": "net1"}]}) == {("b", "net1")}
+    assert va({"cni.dev/valid-attachments": []}) == set()      # an empty list: nothing is valid
+    assert va({}) is None                                       # no list: say nothing (cnitool's gc)
+    for bad in ([{"containerID": 5, "ifname": "eth0"}], ["x"], [{"containerID": "a"}]):
+        e = err(va, {"cni.dev/valid-attachments": bad})
+        assert e.code == 7 and "cni.dev/valid-attachments[0]" in e.msg

@@ -101,9 +101,3 @@ def test_host_veth_name():
     assert n != ptp.host_veth_name("ne", "tctr1", "eth0")     # fields are separated before hashing
 
 
-def test_valid_attachments():
-    raw = {"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}, {"containerID": 5}, "x"],
-           "cni.dev/attachments": [{"containerID": "old", "ifname": "eth0"}]}
-    assert ptp._valid_attachments(raw) == [("eth0", "a")]
-    assert ptp._valid_attachments({"cni.dev/attachments": [{"containerID": "b", "ifname": "net1"}]}) == [("net1", "b")]
-    assert ptp._valid_attachments({}) == []
