@@ -41,7 +41,9 @@ def candidates(rset, last):
 
 
 def allocate(store, rset, owner, requested):
-    """The address ``owner`` gets from ``rset``: ``(ip, new)``; ``new`` is False when it already held it.
+    """The address ``owner`` gets from ``rset``: ``(ip, new, replaced)``; ``new`` is False when it already
+    held it; ``replaced`` lists addresses it held in the set that a request supersedes (the caller
+    releases them once the whole ADD succeeded).
 
     - an address requested for this set is reserved (or kept, if the owner holds it already);
     - otherwise an address the owner already holds in this set is returned (a restarted container gets
@@ -56,21 +58,19 @@ def allocate(store, rset, owner, requested):
             raise CNIError(UNAVAILABLE, f"failed to allocate for range {rset.index}: requested ip {want} is subnet's gateway",
                            f"{want} is the gateway of {r.where}; request another address")
         if want in held:
-            return want, False
+            return want, False, [ip for ip in held if ip != want]
         if not store.reserve(want, owner):
             holder = store.holder(want)
             raise CNIError(UNAVAILABLE, f"failed to allocate for range {rset.index}: requested IP address {want} is "
                                         f"not available in range set {rset}",
                            f"{want} is reserved by container {holder[0]!r} ifname {holder[1]!r}" if holder else
                            f"{want} is taken")
-        for ip in held:  # the request replaces what the owner held in this set
-            store.release(ip, owner)
-        return want, True
+        return want, True, held  # the request replaces what the owner held in this set
     if held:
-        return held[0], False
+        return held[0], False, []
     for ip in candidates(rset, store.last_reserved(rset.index)):
         if store.is_free(ip) and store.reserve(ip, owner):
-            return ip, True
+            return ip, True, []
     size = sum(r.size for r in rset.ranges)
     raise CNIError(NO_ADDRESS, f"failed to allocate for range {rset.index}: no IP addresses available in range set: {rset}",
                    f"all {size} addresses of {rset.where} are reserved. Reservations of containers that no longer "

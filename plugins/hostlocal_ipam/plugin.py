@@ -26,14 +26,18 @@ def cmd_add(args, conf):
                        f"requested addresses must lie in a range: {'; '.join(str(rs) for rs in ipc.range_sets)}")
     owner = (args.container_id, args.ifname)
     got = []
+    replaced = []
     with Store(ipc.data_dir, ipc.name) as store:
         try:
             for rset in ipc.range_sets:
-                ip, new = allocate(store, rset, owner, ipc.requested)
+                ip, new, superseded = allocate(store, rset, owner, ipc.requested)
                 got.append((rset, ip, new))
+                replaced += superseded
             for rset, ip, new in got:
                 if new:
                     store.set_last_reserved(rset.index, ip)
+            for ip in replaced:  # only now that every range set succeeded
+                store.release(ip, owner)
         except BaseException:
             for rset, ip, new in got:  # a failed ADD leaves the store as it found it
                 if new:

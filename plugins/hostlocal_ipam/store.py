@@ -72,6 +72,7 @@ class Store:
         self._added = []       # lines to append at commit
         self._removed = []     # lines to drop at commit
         self._changed = False
+        self._lr = {}          # range set index -> last_reserved_ip.<index> content, as last seen
 
     # -- locking ------------------------------------------------------------------------------------
     def __enter__(self):
@@ -80,13 +81,16 @@ class Store:
             self._lock_fd = os.open(os.path.join(self.dir, "lock"), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             os.makedirs(os.path.join(self.index, "tmp"), 0o700, exist_ok=True)
+            self._clear_tmp()
+            if not self._load_index():
+                self.rebuild()
         except OSError as e:
             self._close()
             raise CNIError(IO_FAILURE, f"host-local store {self.dir} is unusable: {e.strerror}",
                            "dataDir must be a writable directory (default /var/lib/cni/networks)") from None
-        self._clear_tmp()
-        if not self._load_index():
-            self.rebuild()
+        except BaseException:
+            self._close()
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -106,19 +110,15 @@ class Store:
     # -- reservations (the Go-compatible part) -------------------------------------------------------
     def reserve(self, ip, owner):
         """Create the reservation file for ``ip`` if the address is free. True if it is now ours."""
-        tmp = os.path.join(self.index, "tmp", f"r{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, owner_content(*owner).encode())
-        finally:
-            os.close(fd)
+        tmp = self._write_tmp(f"r{os.getpid()}", owner_content(*owner).encode())
         try:
             os.link(tmp, os.path.join(self.dir, str(ip)))
         except FileExistsError:
-            if self._reclaim_if_torn(ip):
-                os.link(tmp, os.path.join(self.dir, str(ip)))
-            else:
+            if not self._reclaim_if_torn(ip):
                 return False
+            os.link(tmp, os.path.join(self.dir, str(ip)))
+        except OSError as e:
+            raise _io_error(f"reserve {ip} in", self.dir, e) from None
         finally:
             _unlink(tmp)
         if _indexable(owner):
@@ -157,15 +157,24 @@ class Store:
     def is_free(self, ip):
         return not os.path.exists(os.path.join(self.dir, str(ip)))
 
-    def last_reserved(self, index):
+    def _read_last_reserved(self, index):
         try:
             with open(os.path.join(self.dir, f"last_reserved_ip.{index}"), "rb") as f:
-                return IP.parse(f.read().decode("ascii", "replace"))  # a trailing newline: unparsable, as in Go
+                return f.read()
         except OSError:
             return None
 
+    def last_reserved(self, index):
+        data = self._read_last_reserved(index)
+        if data is None:
+            return None
+        self._lr[index] = data
+        return IP.parse(data.decode("ascii", "replace"))  # a trailing newline: unparsable, as in Go
+
     def set_last_reserved(self, index, ip):
-        self._replace(os.path.join(self.dir, f"last_reserved_ip.{index}"), str(ip).encode())
+        data = str(ip).encode()
+        self._replace(os.path.join(self.dir, f"last_reserved_ip.{index}"), data)
+        self._lr[index] = data
         self._changed = True
 
     # -- the index ----------------------------------------------------------------------------------
@@ -199,7 +208,11 @@ class Store:
         self._write_index(body)
 
     def _write_index(self, body):
-        header = b"%s %d\n" % (_MAGIC, os.stat(self.dir).st_mtime_ns)
+        # The header: the directory's mtime, and what each last_reserved_ip.N held. A reservation by the
+        # Go plugin changes the mtime, but not if it lands in the same coarse clock tick as our last
+        # change; it always rewrites last_reserved_ip.N, which the header lets us notice.
+        lr = b" ".join(b"%d=%s" % (i, self._lr[i].hex().encode()) for i in sorted(self._lr))
+        header = b"%s %d %s\n" % (_MAGIC, os.stat(self.dir).st_mtime_ns, lr)
         self._replace(os.path.join(self.index, "index"), header + body)
         self._body, self._added, self._removed, self._changed = body, [], [], False
 
@@ -208,11 +221,21 @@ class Store:
             with open(os.path.join(self.index, "index"), "rb") as f:
                 data = f.read()
             header, _, body = data.partition(b"\n")
-            magic, mtime = header.split()
+            magic, mtime, *lr = header.split()
             if magic != _MAGIC or int(mtime) != os.stat(self.dir).st_mtime_ns:
                 return False
+            seen = {}
+            for item in lr:
+                i, _, content = item.partition(b"=")
+                seen[int(i)] = bytes.fromhex(content.decode())
         except (OSError, ValueError):
             return False
+        for i, content in seen.items():
+            if self._read_last_reserved(i) != content:
+                return False
+        if self._read_last_reserved(max(seen, default=-1) + 1) is not None:   # a range set's first file
+            return False
+        self._lr = seen
         self._body = body
         return True
 
@@ -222,6 +245,13 @@ class Store:
         found = {}
         with os.scandir(self.dir) as it:
             for entry in it:
+                if entry.name.startswith("last_reserved_ip."):
+                    i = entry.name[len("last_reserved_ip."):]
+                    if i.isdigit():
+                        data = self._read_last_reserved(int(i))
+                        if data is not None:
+                            self._lr[int(i)] = data
+                    continue
                 ip = IP.parse(entry.name)
                 if ip is None or str(ip) != entry.name or not entry.is_file(follow_symlinks=False):
                     continue
@@ -239,14 +269,34 @@ class Store:
         return found
 
     # -- helpers ------------------------------------------------------------------------------------
-    def _replace(self, path, data):
-        tmp = os.path.join(self.index, "tmp", f"w{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    def _write_tmp(self, name, data):
+        """A complete file under .skb/tmp (every byte written), ready to be linked or renamed into place."""
+        tmp = os.path.join(self.index, "tmp", name)
         try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        except OSError as e:
+            _unlink(tmp)
+            raise _io_error("write", tmp, e) from None
+        return tmp
+
+    def _replace(self, path, data):
+        tmp = self._write_tmp(f"w{os.getpid()}", data)
+        try:
+            os.rename(tmp, path)
+        except OSError as e:
+            _unlink(tmp)
+            raise _io_error("replace", path, e) from None
+
+
+def _io_error(what, path, e):
+    return CNIError(IO_FAILURE, f"host-local store: cannot {what} {path}: {e.strerror or e}",
+                    "the dataDir's filesystem refused a write (full? read-only? permissions?)")
 
 
 def _unlink(path):

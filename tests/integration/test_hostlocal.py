@@ -125,6 +125,19 @@ def test_failed_add_changes_nothing(hl):
     assert {n: (hl.dir / n).read_bytes() for n in files(hl.dir)} == before
 
 
+def test_a_failed_add_keeps_the_address_a_request_would_replace(hl):
+    """The attachment holds .7 and now asks for .50; the IPv6 set is full, so ADD fails: .7 stays its."""
+    ipam = {"ranges": [[{"subnet": "10.1.0.0/24"}], [{"subnet": "fd00::/126"}]]}
+    assert hl("ADD", cid="x", ipam=ipam, args="IP=10.1.0.7").rc == 0     # takes fd00::2
+    assert hl("ADD", cid="y", ipam=ipam).rc == 0                         # takes fd00::3, the last one
+    assert hl("DEL", cid="x", ipam={"ranges": [[{"subnet": "10.1.0.0/24"}]]}).rc == 0
+    assert hl("ADD", cid="x", ipam={"ranges": [[{"subnet": "10.1.0.0/24"}]]}, args="IP=10.1.0.7").rc == 0
+    assert hl("ADD", cid="z", ipam=ipam).rc == 0                         # fd00::2 is free again: z takes it
+    r = hl("ADD", cid="x", ipam=ipam, args="IP=10.1.0.50")
+    assert r.rc == 1 and r.json["code"] == 100
+    assert (hl.dir / "10.1.0.7").read_bytes() == b"x\r\neth0" and not (hl.dir / "10.1.0.50").exists()
+
+
 def test_exhaustion_message(hl):
     ipam = {"ranges": [[{"subnet": "10.1.0.0/29"}]]}
     for i in range(5):

@@ -114,3 +114,25 @@ def test_sigkill_at_any_point_leaves_a_store_that_recovers(bin_dir, tmp_path):
         else:
             assert out["code"] == 100
     assert len(got) == len(set(got)) == capacity
+
+
+@pytest.mark.gobin
+def test_go_and_ours_at_once_on_one_store(bin_dir, tmp_path):
+    """Both plugins ADD into one dataDir concurrently (a node switching over under load): every address
+    is unique, each sees the other's reservations, and DEL through the other plugin empties the store."""
+    ours = os.path.join(bin_dir, "host-local")
+    go = "/usr/lib/cni/host-local"
+    stdin = conf(tmp_path)
+    procs = [start(ours if i % 2 else go, "ADD", f"m{i}", stdin) for i in range(60)]
+    results = [finish(p) for p in procs]
+    assert all(rc == 0 for rc, _ in results), results
+    addrs = [r["ips"][0]["address"] for _, r in results]
+    assert len(set(addrs)) == 60
+    for i in range(60):                    # each attachment DELeted by the plugin that did not add it
+        rc, out = finish(start(go if i % 2 else ours, "DEL", f"m{i}", stdin))
+        assert rc == 0, out
+    assert reservations(tmp_path / "stress") == {}
+    for i in range(0, 60, 2):              # and ours, added again, finds no stale state
+        rc, out = finish(start(ours, "ADD", f"m{i}", stdin))
+        assert rc == 0
+    assert len(reservations(tmp_path / "stress")) == 30

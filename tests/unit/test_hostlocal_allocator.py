@@ -83,7 +83,7 @@ def test_observed_go_sequence():
     store = FakeStore()
     got = []
     for cid in "ab":
-        ip, new = allocate(store, rs, (cid, "eth0"), [])
+        ip, new, _ = allocate(store, rs, (cid, "eth0"), [])
         store.last[0] = ip
         got.append(str(ip))
     assert got == ["10.22.0.252", "10.22.0.254"]
@@ -99,16 +99,18 @@ def test_observed_go_sequence():
 def test_existing_reservation_is_returned_not_duplicated():
     rs = rset({"subnet": "10.0.0.0/24"})
     store = FakeStore([("10.0.0.7", ("c1", "eth0"))], last="10.0.0.9")
-    assert allocate(store, rs, ("c1", "eth0"), []) == (IP.parse("10.0.0.7"), False)
-    assert allocate(store, rs, ("c1", "eth1"), []) == (IP.parse("10.0.0.10"), True)
+    assert allocate(store, rs, ("c1", "eth0"), []) == (IP.parse("10.0.0.7"), False, [])
+    assert allocate(store, rs, ("c1", "eth1"), []) == (IP.parse("10.0.0.10"), True, [])
 
 
 def test_requested_ip():
     rs = rset({"subnet": "10.0.0.0/24"})
     store = FakeStore([("10.0.0.50", ("other", "eth0")), ("10.0.0.7", ("c1", "eth0"))])
-    assert allocate(store, rs, ("c1", "eth0"), [IP.parse("10.0.0.7")]) == (IP.parse("10.0.0.7"), False)
-    assert allocate(store, rs, ("c1", "eth0"), [IP.parse("10.0.0.8")]) == (IP.parse("10.0.0.8"), True)
-    assert store.holder(IP.parse("10.0.0.7")) is None  # the request replaced the old address
+    assert allocate(store, rs, ("c1", "eth0"), [IP.parse("10.0.0.7")]) == (IP.parse("10.0.0.7"), False, [])
+    # the request replaces the old address, which the caller releases once the whole ADD succeeded
+    assert allocate(store, rs, ("c1", "eth0"), [IP.parse("10.0.0.8")]) == (IP.parse("10.0.0.8"), True,
+                                                                          [IP.parse("10.0.0.7")])
+    assert store.holder(IP.parse("10.0.0.7")) == ("c1", "eth0")
     with pytest.raises(CNIError, match="requested ip 10.0.0.1 is subnet's gateway"):
         allocate(store, rs, ("c2", "eth0"), [IP.parse("10.0.0.1")])
     with pytest.raises(CNIError) as ei:
