@@ -169,10 +169,12 @@ def write_file_atomically(path, data, mode=0o644):
     tmp = os.path.join(d, f".{name}{CONF_TMP_INFIX}{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        half = len(data) // 2
-        os.write(fd, data[:half])
+        view = memoryview(data)
+        first = len(data) // 2   # written first, so that a test can kill us right after it
+        while first:
+            n = os.write(fd, view[:first])
+            view, first = view[n:], first - n
         _crash_point("config-half-written")
-        view = memoryview(data)[half:]
         while view:
             view = view[os.write(fd, view):]
         os.fchmod(fd, mode)
@@ -248,19 +250,22 @@ def install_suite(src, dest, log=print, old_bundle_wait=5.0):
         if os.path.isdir(final) and verify(final):
             _say(log, f"install: {final} already installed")
         else:
-            if os.path.lexists(final):
-                remove_dir(dest, name)  # incomplete or altered: replace it
             tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.{name.lstrip('.')}")
             copy_tree_durably(os.path.join(src, name), tmp)
             if not verify(tmp):
                 raise InstallError(f"{tmp}: the copy does not match its MANIFEST (is {src} being replaced?)")
             _crash_point("bundle-copied")
+            if os.path.lexists(final):
+                # Incomplete or altered, and maybe what .skb points at: moved aside only now that its
+                # replacement is complete, so .skb dangles for two renames, not for a whole copy.
+                os.rename(final, os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.trash-{name.lstrip('.')}"))
             os.rename(tmp, final)
             changed = True
             _say(log, f"install: {final}")
 
         # 2. Point .skb at it: a new symlink renamed over the old one is atomic.
         link = os.path.join(dest, LINK)
+        previous = os.readlink(link) if os.path.islink(link) else None
         if not (os.path.islink(link) and os.readlink(link) == name):
             if os.path.isdir(link) and not os.path.islink(link):
                 os.rename(link, os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.olddir"))
@@ -283,10 +288,13 @@ def install_suite(src, dest, log=print, old_bundle_wait=5.0):
             _say(log, f"install: {path}")
         os.fsync(dfd)
 
-        # 4. Older bundles, once no running plugin maps them (wait a little: a call lasts milliseconds).
+        # 4. Older bundles. The one .skb pointed at until now stays until the next upgrade: a plugin
+        # started from it a moment ago still loads modules from it, and an installer in a container
+        # cannot see the node's processes to know. Older ones go once no visible process maps them.
         for entry in sorted(os.listdir(dest)):
             path = os.path.join(dest, entry)
-            if entry == name or not BUNDLE_RE.match(entry) or os.path.islink(path) or not os.path.isdir(path):
+            if entry in (name, previous) or not BUNDLE_RE.match(entry) or os.path.islink(path) \
+                    or not os.path.isdir(path):
                 continue
             deadline = time.monotonic() + old_bundle_wait
             while mapped_by_someone(path) and time.monotonic() < deadline:

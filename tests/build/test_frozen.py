@@ -176,7 +176,7 @@ def test_install_is_idempotent_and_leaves_other_files_alone(installed, tmp_path)
     assert_version_ok(run_plugin(str(dest / "loopback"), cni_env("VERSION"), {"cniVersion": "1.0.0"}))
 
 
-def test_upgrade_swaps_the_link_and_removes_the_previous_bundle(installed, tmp_path):
+def test_upgrade_swaps_the_link_and_keeps_only_the_previous_bundle(installed, tmp_path):
     dest = tmp_path / "bin"
     install(installed, str(dest))
     name = os.readlink(dest / ".skb")
@@ -187,9 +187,14 @@ def test_upgrade_swaps_the_link_and_removes_the_previous_bundle(installed, tmp_p
     os.symlink(old, dest / ".skb")
     shutil.rmtree(dest / name)
 
+    older = ".skb-0.0.0-000000000000"          # two releases back: nothing can still be running from it
+    shutil.copytree(dest / old, dest / older, symlinks=True)
+
     install(installed, str(dest))
     assert os.readlink(dest / ".skb") == name
-    assert bundle_dirs(dest) == [name]
+    # the previous release stays until the next upgrade (plugins started from it a moment ago still
+    # load modules from it); the one before goes
+    assert bundle_dirs(dest) == sorted([name, old])
     assert_version_ok(run_plugin(str(dest / "loopback"), cni_env("VERSION"), {"cniVersion": "1.0.0"}))
 
 

@@ -86,9 +86,15 @@ def read(path, mode="rb"):
         return f.read()
 
 
-def assert_installed(node, suite):
+def assert_installed(node, suite, previous=None):
+    """``suite`` is installed; ``previous`` (the suite before an upgrade) may keep its bundle, which stays
+    until the next upgrade for plugins that started from it a moment before."""
     name = os.readlink(os.path.join(suite, ".skb"))
-    assert sorted(os.listdir(node.bin)) == sorted([".skb", name, *APPLETS])
+    entries = sorted(os.listdir(node.bin))
+    if previous is not None:
+        old = os.readlink(os.path.join(previous, ".skb"))
+        entries = [e for e in entries if e != old]
+    assert entries == sorted([".skb", name, *APPLETS])
     assert os.readlink(os.path.join(node.bin, ".skb")) == name
     assert installer.verify(os.path.join(node.bin, name))
     for a in APPLETS:
@@ -138,12 +144,16 @@ def test_install_then_rerun_changes_nothing(skb, node):
     assert os.stat(conf_path).st_ino == conf_ino  # not even rewritten: no inotify event for the runtime
 
 
-def test_upgrade_switches_bundle_and_launchers_and_removes_the_old(skb, node):
+def test_upgrade_switches_bundle_and_launchers_and_keeps_only_the_previous(skb, node):
     assert install(skb, node, node.v1).returncode == 0
     r = install(skb, node, node.v2, cidr="10.244.2.0/24")
     assert r.returncode == 0, r.stderr
-    assert_installed(node, node.v2)
-    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.2.0/24")
+    assert_installed(node, node.v2, previous=node.v1)
+    v1 = os.readlink(os.path.join(node.v1, ".skb"))
+    assert installer.verify(os.path.join(node.bin, v1)), "the previous bundle stays for in-flight calls"
+    assert install(skb, node, node.v1).returncode == 0          # the next upgrade: v2 is now the previous
+    assert install(skb, node, node.v2, cidr="10.244.2.0/24").returncode == 0
+    assert_installed(node, node.v2, previous=node.v1)
 
 
 def test_install_repairs_an_altered_bundle_and_a_truncated_launcher(skb, node):
@@ -329,7 +339,7 @@ def test_sigkill_at_each_step_leaves_whole_files_and_a_rerun_completes(skb, node
         assert any(".skb-tmp." in e for e in os.listdir(node.conf)), "the kill landed mid-write"
     r = install(skb, node, node.v2, cidr="10.244.2.0/24")
     assert r.returncode == 0, r.stderr
-    assert_installed(node, node.v2)
+    assert_installed(node, node.v2, previous=node.v1)
     assert os.listdir(node.conf) == [CONF] and read(os.path.join(node.conf, CONF)) == new_conf
 
 
@@ -356,7 +366,7 @@ def test_sigkill_at_random_instants(skb, node):
     assert killed >= 4, f"only {killed} of 16 runs were killed before finishing: the instants are too late"
     r = install(skb, node, node.v2, cidr="10.244.2.0/24")
     assert r.returncode == 0, r.stderr
-    assert_installed(node, node.v2)
+    assert_installed(node, node.v2, previous=node.v1)
 
 
 # ------------------------------------------------------------------------------------ the real frozen suite
