@@ -8,6 +8,8 @@ collect stdout and stderr with poll() so that no pipe can fill up and deadlock, 
 import os
 import select
 
+_SIGDEF = (13, 25)  # SIGPIPE, SIGXFSZ on Linux (the signal module costs an import for two numbers)
+
 __all__ = ["run", "which", "SpawnError"]
 
 _SYSTEM_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -67,7 +69,9 @@ def _run_once(path, argv, env, stdin):
     out_r, out_w = _pipe()
     err_r, err_w = _pipe()
     try:
-        pid = os.posix_spawn(path, argv, env, file_actions=[
+        # Python ignores SIGPIPE (and SIGXFSZ); a child must get the defaults back, as subprocess does,
+        # or an iptables writing into a closed pipe would loop on EPIPE instead of dying.
+        pid = os.posix_spawn(path, argv, env, setsigdef=_SIGDEF, file_actions=[
             (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)])
     except OSError as e:
         for fd in (in_r, in_w, out_r, out_w, err_r, err_w):

@@ -53,3 +53,11 @@ def test_which(tmp_path):
     assert proc.which("tool", {"PATH": str(tmp_path)}) == str(tmp_path / "tool")
     assert proc.which("sh", {"PATH": ""}) in ("/usr/bin/sh", "/bin/sh")    # system dirs as a fallback
     assert proc.which("no-such-tool-here", {"PATH": str(tmp_path)}) is None
+
+
+def test_spawned_children_get_default_sigpipe_and_sigxfsz():
+    """Python ignores SIGPIPE; an iptables or IPAM plugin we start must not inherit that."""
+    from skb import proc
+    code, out, err = proc.run("/bin/sh", ["/bin/sh", "-c", "grep SigIgn /proc/self/status"], {}, b"")
+    ignored = int(out.split()[1], 16)
+    assert code == 0 and not ignored & (1 << (13 - 1)) and not ignored & (1 << (25 - 1))
