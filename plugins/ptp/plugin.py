@@ -62,13 +62,17 @@ class PtpConf:
 def parse_conf(conf, command="ADD"):
     raw = conf.raw
     ipam.plugin_type(conf)  # type-checks ipam and ipam.type
+    if command in ("DEL", "GC"):
+        # Cleaning up needs only the IPAM plugin and whether rules may exist: a config edited into an
+        # invalid mtu or dns since ADD must not make DEL fail forever and leak the veth and the address.
+        return PtpConf(raw.get("ipMasq") is True)
     ip_masq = config.get(raw, "ipMasq", bool, "", default=False)
     backend = config.get(raw, "ipMasqBackend", str, "", default=None)
     if ip_masq and command != "DEL":   # DEL tears down both backends whatever the configuration says
         from skb import masq
         backend = masq.backend_from_config(backend)
     mtu = config.get(raw, "mtu", int, "", default=0)
-    if not 0 <= mtu <= 65535:
+    if mtu and not 68 <= mtu <= 65535:
         raise CNIError(INVALID_CONFIG, f"invalid field mtu: {mtu} is out of range",
                        "mtu is the veth MTU in bytes (68 to 65535), or 0 for the kernel default (1500)")
     return PtpConf(ip_masq, backend, mtu, _parse_dns(raw))
@@ -184,6 +188,9 @@ def _add(args, conf, pc, stdin, ns, undo):
         ipam_result = ipam.add(args, conf, stdin)
         undo.push("release the IPAM reservation", ipam.delete, args, conf, stdin)
         addrs = plan_addresses(ipam_result)
+        if 0 < pc.mtu < 1280 and any(a.family == 6 for a in addrs):
+            raise CNIError(INVALID_CONFIG, f"invalid field mtu: {pc.mtu} is below IPv6's minimum of 1280",
+                           "the IPAM result holds IPv6 addresses; raise mtu to 1280 or more")
         host, cont = _make_veth(args, conf, pc, ns, hnl, cnl, undo, any(a.family == 6 for a in addrs))
         _configure_container(args, ns, cnl, cont, addrs, ipam_result, undo)
         _configure_host(hnl, host, addrs)

@@ -32,9 +32,11 @@ def test_type_errors_name_the_field(extra, field):
 
 
 def test_mtu_range_and_case_insensitive_keys():
-    with pytest.raises(CNIError) as e:
-        ptp.parse_conf(conf(mtu=70000))
-    assert e.value.code == 7 and "mtu" in e.value.msg
+    for bad in (70000, 67, 1, -1):
+        with pytest.raises(CNIError) as e:
+            ptp.parse_conf(conf(mtu=bad))
+        assert e.value.code == 7 and "mtu" in e.value.msg
+    assert ptp.parse_conf(conf(mtu=68)).mtu == 68 and ptp.parse_conf(conf(mtu=0)).mtu == 0
     assert ptp.parse_conf(conf(MTU=1400, ipmasq=True)).mtu == 1400   # Go's decoder ignores key case
 
 
@@ -101,3 +103,12 @@ def test_host_veth_name():
     assert n != ptp.host_veth_name("ne", "tctr1", "eth0")     # fields are separated before hashing
 
 
+
+
+def test_del_and_gc_need_only_ipam_and_ipmasq():
+    """A config edited into invalid values after ADD must not block cleanup (that would leak forever)."""
+    broken = conf(mtu=70000, ipMasq=True, dns="x")
+    for command in ("DEL", "GC"):
+        assert ptp.parse_conf(broken, command).ip_masq is True
+    with pytest.raises(CNIError):
+        ptp.parse_conf(broken, "ADD")
