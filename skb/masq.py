@@ -384,25 +384,26 @@ def _safe(fn, *args):
         pass
 
 
-def teardown(network, ifname, container_id):
-    """Remove the attachment's rules from both backends (it may have been added by another version or
-    configuration). Errors are reported only for a backend whose program is installed."""
+def _in_every_backend(ipt, nft):
+    """``ipt(family)`` for IPv4 and IPv6, then ``nft()``; a backend whose program is not installed is
+    skipped. Everything is tried; the first error is raised at the end."""
     errors = []
-    for family in (4, 6):
+    for call in (lambda: ipt(4), lambda: ipt(6), nft):
         try:
-            _ipt_teardown(network, container_id, family)
+            call()
         except ToolMissing:
             pass
         except CNIError as e:
             errors.append(e)
-    try:
-        _nft_teardown(network, ifname, container_id)
-    except ToolMissing:
-        pass
-    except CNIError as e:
-        errors.append(e)
     if errors:
         raise errors[0]
+
+
+def teardown(network, ifname, container_id):
+    """Remove the attachment's rules from both backends (it may have been added by another version or
+    configuration). Errors are reported only for a backend whose program is installed."""
+    _in_every_backend(lambda family: _ipt_teardown(network, container_id, family),
+                      lambda: _nft_teardown(network, ifname, container_id))
 
 
 def check(m, backend):
@@ -416,20 +417,6 @@ def check(m, backend):
 def gc(network, valid):
     """Remove masquerading of this network's attachments not in ``valid`` ((ifname, containerID) pairs),
     in both backends. Returns the first error after trying everything."""
-    errors = []
     valid_ids = {cid for _ifname, cid in valid}
-    for family in (4, 6):
-        try:
-            _ipt_gc(network, valid_ids, family)
-        except ToolMissing:
-            pass
-        except CNIError as e:
-            errors.append(e)
-    try:
-        _nft_gc(network, valid)
-    except ToolMissing:
-        pass
-    except CNIError as e:
-        errors.append(e)
-    if errors:
-        raise errors[0]
+    _in_every_backend(lambda family: _ipt_gc(network, valid_ids, family), lambda: _nft_gc(network, valid))
+
