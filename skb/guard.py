@@ -56,7 +56,7 @@ def open_target(args):
         if not args.netns:
             return None
         if _is_proc_path(args.netns) and not args.netns_override:
-            _note(f"DEL: not acting through {args.netns}: a /proc/<pid> path may name another namespace "
+            note(f"DEL: not acting through {args.netns}: a /proc/<pid> path may name another namespace "
                   "once the PID is reused")
             return None
         try:
@@ -65,7 +65,7 @@ def open_target(args):
             return None
         except CNIError as e:
             # Typically the runtime's bind mount was unmounted and an empty file remains: gone.
-            _note(f"DEL: nothing to do in {args.netns}: {e.msg}")
+            note(f"DEL: nothing to do in {args.netns}: {e.msg}")
             return None
     else:
         ns = netns.NetNS.open(args.netns)
@@ -74,12 +74,12 @@ def open_target(args):
         return ns
     ns.close()
     if args.command == "DEL":
-        _note(f"DEL: CNI_NETNS {args.netns} is {which}; changing nothing there")
+        note(f"DEL: CNI_NETNS {args.netns} is {which}; changing nothing there")
         return None
     raise CNIError(INVALID_NETNS, f"CNI_NETNS {args.netns!r} is {which}; refusing to {args.command} there",
                    "a container's namespace is never the node's: this is a stale /proc/<pid>/ns/net path (PID "
                    "reused) or a runtime bug. A runtime that really means it can set CNI_NETNS_OVERRIDE=1.")
 
 
-def _note(msg):
+def note(msg):
     sys.stderr.write(f"skb-cni: {msg}\n")

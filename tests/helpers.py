@@ -4,8 +4,9 @@ import os
 import subprocess
 import sys
 
+from skb.applets import APPLETS
+
 GO_BIN_DIR = "/usr/lib/cni"
-APPLETS = ("loopback", "ptp", "host-local", "debug", "skb")
 
 
 def in_sandbox():

@@ -393,7 +393,7 @@ def _delete_container_end(args, ns, names):
                     and (peer.name in names or (peer.name.startswith("veth") and not peer.master))):
                 _delete_quietly(cnl, link.index)
                 return
-        guard._note(f"DEL: {args.ifname} in {args.netns} is not the container end of a ptp pair: left alone")
+        guard.note(f"DEL: {args.ifname} in {args.netns} is not the container end of a ptp pair: left alone")
 
 
 def _delete_host_end(names):

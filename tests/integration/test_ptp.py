@@ -102,9 +102,7 @@ def test_result_in_every_version(ours, make_netns, data_dir, version):
     j = r.json
     assert j["cniVersion"] == version
     if version in ("0.1.0", "0.2.0"):
-        want = {"ip": "10.22.0.2/24", "gateway": "10.22.0.1"}
-        if version == "0.2.0" or True:
-            want["routes"] = [{"dst": "0.0.0.0/0"}]
+        want = {"ip": "10.22.0.2/24", "gateway": "10.22.0.1", "routes": [{"dst": "0.0.0.0/0"}]}
         assert j["ip4"] == want and "interfaces" not in j
     else:
         assert [i["name"] for i in j["interfaces"]][1] == "eth0"
