@@ -204,7 +204,7 @@ def settings(raw, strict=True, note=_note):
     out = {}
     for key in ("cniOutput", "captureFile", "addHooks", "delHooks", "checkHooks"):
         value = raw.get(key)
-        if value is None:
+        if value is None or value == "":  # absent, as for every path-valued key
             continue
         try:
             out[key] = netconf.check_path(value, key) if key in ("cniOutput", "captureFile") \

@@ -150,9 +150,8 @@ def parse(data):
                        'a CNI version is a string such as "1.1.0"')
     if version:
         check_version_string(version)
-    for key, kind in (("type", str), ("runtimeConfig", dict), ("args", dict)):
+    for key, kind in (("type", str), ("runtimeConfig", dict), ("args", dict), ("skbDebugLog", str)):
         get(raw, key, kind, "")
-    get_path(raw, "skbDebugLog", "")
     conf = NetConf(raw, data if isinstance(data, bytes) else data.encode())
     conf.cni_version = version or "0.1.0"  # a missing cniVersion means 0.1.0 (spec)
     return conf

@@ -149,7 +149,7 @@ def run(plugin, environ, stdin):
                            f"CNI_COMMAND must be one of {', '.join(env.COMMANDS)} (upper case)")
         config.check_version(conf, args.command)
         if conf.debug_log:
-            _check_debug_log(conf.debug_log, args.command, out)
+            _check_debug_log(conf, args.command, out)
         if callback is not None:
             result = callback(args, conf)
             if args.command == env.ADD:
@@ -166,16 +166,18 @@ def run(plugin, environ, stdin):
     return out
 
 
-def _check_debug_log(path, command, out):
-    """``skbDebugLog`` must be a file we can append to: refused up front (before any work), so the
-    record is not lost after the fact. For DEL only a remark: a debug setting must not block cleanup."""
+def _check_debug_log(conf, command, out):
+    """``skbDebugLog`` must name a file we can append to (an absolute path, a regular file): refused up
+    front, before any work, so the record is not lost after the fact. For DEL only a remark: a debug
+    setting must not block cleanup."""
     from skb.linux import files
     try:
-        os.close(files.open_append(path, "skbDebugLog", 0o600))
+        os.close(files.open_append(conf.debug_log, "skbDebugLog", 0o600))
     except CNIError as e:
         if command != env.DEL:
             raise
         out.stderr += f"skb-cni: not recording this call: {e}\n"
+        conf.debug_log = ""
 
 
 def debug_log_path(environ, conf):

@@ -24,7 +24,10 @@ PLUGIN = skel.Plugin("prop", "property-test double", add=add, delete=lambda a, c
 ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0",
        "CNI_ARGS": "", "CNI_PATH": "/x"}
 
-scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12)
+# Text with lone surrogates (json.dumps writes them as \\ud800 escapes, valid JSON) and NULs, and integers
+# near and past Python's int-string limit: the input classes of issue 13.
+odd_text = st.text(st.characters(exclude_categories=()) | st.sampled_from("\0\ud800\udfff\udc80"), max_size=12)
+scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12) | odd_text)
 json_values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c,
                                                                                        max_size=4), max_leaves=20)
 addresses = st.sampled_from(["10.1.0.5/24", "fd00::5/64", "10.1.0.5", "300.1.1.1/8", "::1/128", "", "x/1"])
@@ -42,12 +45,14 @@ configs = st.fixed_dictionaries({}, optional={
     "cniVersion": st.sampled_from(VERSIONS + ["", "1.1", "v1.0.0"]) | json_values,
     "name": st.sampled_from(["net", "a b", ""]) | json_values,
     "type": st.just("prop") | json_values,
-    "runtimeConfig": json_values, "args": json_values, "skbDebugLog": st.just(5) | st.none(),
+    "runtimeConfig": json_values, "args": json_values,
+    "skbDebugLog": st.just(5) | st.none() | st.sampled_from(["rel/log", "/tmp/a\0b", "", "/dev/zero"]),
     "prevResult": prev_results | json_values})
 
 
 def check(out):
     assert "Traceback" not in out.stdout and "Traceback" not in out.stderr, out.stderr
+    out.stdout.encode("utf-8")  # printable: no lone surrogate survives into the answer
     if out.code == 0:
         if out.stdout:  # ADD and VERSION print a result; the others print nothing
             assert isinstance(json.loads(out.stdout), dict)
@@ -74,3 +79,20 @@ def test_config_shaped_objects(obj):
 @given(configs, st.sampled_from(["DEL", "CHECK", "STATUS", "GC", "VERSION", "BOGUS"]))
 def test_other_commands(obj, command):
     check(skel.run(PLUGIN, dict(ENV, CNI_COMMAND=command), json.dumps(obj).encode()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(configs, st.integers(1, 6000), st.booleans(), st.sampled_from(["top", "prev", "list"]))
+def test_huge_integers_anywhere(obj, digits, negative, where):
+    """Integers with up to 6000 digits (Python refuses more than 4300 in int()): accepted, or a decode
+    error located at the number, never "line 1, column 1"."""
+    number = ("-" if negative else "") + "7" * digits
+    text = json.dumps(obj)[:-1] + (", " if obj else "") + {
+        "top": f'"huge": {number}}}', "prev": f'"prevResult": {{"cniVersion": "1.0.0", "dns": {{"x": {number}}}}}}}',
+        "list": f'"l": [1, {number}]}}'}[where]
+    out = skel.run(PLUGIN, ENV, text.encode())
+    check(out)
+    if digits > 4300:
+        err = json.loads(out.stdout)
+        assert err["code"] == 6 and "number too long" in err["msg"]
+        assert err["msg"].endswith(f"line 1, column {text.find(number) + 1}"), (err, text.find(number))

@@ -1,5 +1,6 @@
 """The dispatcher, in-process with a fake plugin: output shapes, codes, no tracebacks on stdout."""
 import json
+import os
 
 import pytest
 
@@ -87,3 +88,108 @@ def test_unexpected_exception_is_999_and_traceback_only_on_stderr():
 def test_env_error_before_stdin():
     out = call(CNI_CONTAINERID="bad id", stdin=b"garbage")
     assert json.loads(out.stdout)["msg"] == "invalid characters in containerID"
+
+
+# ---------------------------------------------------------------------------------------------------
+# issue 13: the answer is made before success; odd stdin; the debug log setting
+
+class Unwritable:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def to_dict(self, version):
+        raise self.exc
+
+
+def undo_recorder(exc, del_fails=False):
+    done = []
+
+    def delete(args, conf):
+        done.append("DEL")
+        if del_fails:
+            raise RuntimeError("veth busy")
+    return skel.Plugin("undoable", "test", add=lambda a, c: Unwritable(exc), delete=delete,
+                       check=lambda a, c: None), done
+
+
+def test_a_result_that_cannot_be_written_undoes_the_add_with_del():
+    from skb.cni.errors import CNIError
+    plugin, done = undo_recorder(CNIError(1, "cannot convert: no valid IP addresses"))
+    out = call(plugin, stdin=b'{"cniVersion":"0.2.0","name":"n"}')
+    e = json.loads(out.stdout)
+    assert out.code == 1 and done == ["DEL"] and e["code"] == 1 and "the ADD was undone" in e["details"]
+
+
+def test_an_unexpected_failure_writing_the_result_undoes_too_and_says_if_del_failed():
+    plugin, done = undo_recorder(TypeError("not serialisable"), del_fails=True)
+    out = call(plugin)
+    e = json.loads(out.stdout)
+    assert out.code == 1 and done == ["DEL"] and e["code"] == 999 and "TypeError" in e["msg"]
+    assert "DEL failed too" in e["details"] and "veth busy" in e["details"]
+
+
+def test_undo_is_offered_for_a_successful_add_only():
+    out = call()
+    assert out.code == 0 and callable(out.undo)
+    assert call(CNI_COMMAND="DEL").undo is None
+
+
+def test_a_result_with_surrogates_is_written_as_u_fffd():
+    class R:
+        def to_dict(self, version):
+            return {"cniVersion": version, "interfaces": [{"name": "\ud800", "sandbox": "/run/netns/\udcff"}]}
+    out = call(skel.Plugin("s", "t", add=lambda a, c: R(), delete=None, check=None))
+    assert out.code == 0 and json.loads(out.stdout)["interfaces"] == [{"name": "\ufffd", "sandbox": "/run/netns/\ufffd"}]
+    out.stdout.encode("utf-8")     # printable whatever the locale: no surrogate left
+
+
+@pytest.mark.parametrize("stdin,code,words", [(None, 6, "stdin is closed")])
+def test_closed_stdin(stdin, code, words):
+    out = call(stdin=stdin)
+    e = json.loads(out.stdout)
+    assert out.code == 1 and e["code"] == code and words in e["msg"] and "cniVersion" not in e
+
+
+def test_stdin_is_read_with_a_bound(monkeypatch):
+    import io
+
+    class Stdin(io.BytesIO):
+        def isatty(self):
+            return False
+
+        @property
+        def buffer(self):
+            return self
+
+    monkeypatch.setattr(skel, "STDIN_LIMIT", 10)
+    out = call(stdin=Stdin(b"{" + b" " * 20 + b"}"))
+    e = json.loads(out.stdout)
+    assert e["code"] == 6 and "larger than 10 bytes" in e["msg"]
+
+
+def test_a_closed_file_object_as_stdin_is_an_io_error():
+    import io
+    f = io.BytesIO(b"{}")
+    f.close()
+    e = json.loads(call(stdin=f).stdout)
+    assert e["code"] == 5 and "stdin" in e["msg"]
+
+
+def test_skb_debug_log_in_the_config_is_checked_before_the_work(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    calls.clear()
+    stdin = json.dumps({"cniVersion": "1.0.0", "name": "n", "skbDebugLog": str(fifo)}).encode()
+    e = json.loads(call(stdin=stdin).stdout)
+    assert e["code"] == 7 and "skbDebugLog" in e["msg"] and "FIFO" in e["msg"] and calls == []
+    out = call(stdin=stdin, CNI_COMMAND="DEL")          # DEL: a remark, and the cleanup runs
+    assert (out.code, out.stdout) == (0, "") and "skbDebugLog" in out.stderr
+
+
+def test_debug_logs_are_written_once_each_and_problems_are_remarks(tmp_path, capsys):
+    log = tmp_path / "log"
+    out = call()
+    skel.write_debug_logs(PLUGIN, ENV, out, 0.001, [("skbDebugLog", str(log)), ("captureFile", str(tmp_path / ".." /
+                                                     tmp_path.name / "log")), ("SKB_DEBUG_LOG", "rel")])
+    assert len(log.read_text().splitlines()) == 1
+    assert "SKB_DEBUG_LOG" in capsys.readouterr().err
