@@ -4,9 +4,15 @@ A plugin hands ``run`` a ``Plugin`` with its callbacks; everything protocol-shap
 plugin file holds only its networking story. Guarantees:
 - errors are one JSON object on stdout (``cniVersion``, ``code``, ``msg``, ``details``), exit 1;
 - an unexpected exception becomes code 999 naming what failed; a traceback goes to stderr only;
-- the result is printed in the config's cniVersion;
+- the result is printed in the config's cniVersion, and is made before the call counts as a success: a
+  result that cannot be written (say a 0.2.0 result with no address) undoes the ADD with the plugin's
+  DEL and is an error; so is an answer that cannot be delivered (stdout closed or broken);
+- a closed stdin is a decode error naming it; closed standard descriptors are filled with /dev/null so
+  that no file opened later lands on them;
 - with ``skbDebugLog`` in the config or ``SKB_DEBUG_LOG`` in the environment, each call is appended to
-  that file as one JSON line (command, CNI_* env, stdin, exit code, stdout) so it can be replayed.
+  that file as one JSON line (command, CNI_* env, stdin, exit code, stdout) so it can be replayed. The
+  file is opened through skb.linux.files (absolute path, regular file, never blocking); the record is
+  written whatever happened to stdout.
 """
 import os
 import sys
