@@ -286,6 +286,8 @@ class Call:
             self.note(f"ignoring inject ({e}); DEL succeeds")
             entry = {}
         keys = settings(conf.raw, strict, self.note)
+        if "captureFile" not in keys:  # absent, or (DEL) ignored as malformed: nothing to capture to
+            self.capture_ok = False
         capture = keys.get("captureFile")
         if capture:  # written after the call: refuse a file that cannot take it now, not after the fact
             from skb.linux import files

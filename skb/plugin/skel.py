@@ -79,9 +79,6 @@ def read_stdin(stdin):
     return data
 
 
-_read_stdin = read_stdin
-
-
 class Outcome:
     """What one call produced: exit code, stdout, stderr, the parsed config (if it got that far), the
     raw stdin (for the debug log), and for a successful ADD ``undo`` (runs the plugin's DEL: the answer

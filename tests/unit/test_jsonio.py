@@ -47,3 +47,45 @@ def test_bytes_and_invalid_utf8():
     assert jsonio.loads(b'{"a": "\xc3\xa9"}') == {"a": "é"}
     with pytest.raises(jsonio.JSONSyntaxError, match="UTF-8"):
         jsonio.loads(b'{"a": "\xff"}')
+
+
+# issue 13, class 1: no valid JSON text makes reading or writing raise
+
+@pytest.mark.parametrize("text,expected", [
+    ('"\\ud800"', "\ufffd"),                      # lone high surrogate: U+FFFD, as Go's decoder
+    ('"\\udfff"', "\ufffd"),                      # lone low surrogate
+    ('"a\\ud800\\u0041"', "a\ufffdA"),            # high surrogate followed by a non-surrogate
+    ('"\\ud83d\\ude00"', "\U0001F600"),           # a proper pair stays one character
+    ('{"\\ud800": ["\\uDC00"]}', {"\ufffd": ["\ufffd"]}),   # keys too, upper-case escapes too
+])
+def test_lone_surrogates_decode_to_u_fffd(text, expected):
+    assert jsonio.loads(text) == expected
+    assert jsonio.loads(text.encode()) == expected
+    jsonio.dumps(jsonio.loads(text)).encode("utf-8")
+
+
+def test_dumps_never_yields_unencodable_text():
+    s = jsonio.dumps({"a": "\ud800", "b": "x\udcff", "\udc80": ["é"]})
+    assert s.encode("utf-8") and json.loads(s) == {"a": "\ufffd", "b": "x\ufffd", "\ufffd": ["é"]}
+
+
+@given(st.text(st.characters(exclude_categories=()), max_size=20))
+def test_any_python_string_round_trips_through_json_text(s):
+    text = json.dumps(s)                           # escapes surrogates: valid JSON text
+    got = jsonio.loads(text)
+    got.encode("utf-8")
+    jsonio.dumps(got).encode("utf-8")
+
+
+@pytest.mark.parametrize("digits", [4301, 5000, 100000])
+def test_very_long_integers_are_a_located_error(digits):
+    text = '{"a": 1,\n "mtu": -%s}' % ("9" * digits)
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(text)
+    e = ei.value
+    assert "number too long" in str(e) and (e.line, e.col) == (2, 9)
+
+
+def test_long_integers_within_the_limit_are_numbers():
+    assert jsonio.loads("[%s]" % ("9" * 4300)) == [int("9" * 4300)]
+    assert jsonio.loads("[0.%s]" % ("9" * 5000)) == [1.0]   # a float literal has no digit limit
