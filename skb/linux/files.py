@@ -10,6 +10,7 @@ against whatever directory the runtime happens to run in). Every such open goes 
 - it is opened with ``O_NONBLOCK | O_NOCTTY`` (a FIFO swapped in after the stat cannot block the open)
   and ``fstat()``-ed: the type check holds for the file actually opened;
 - a file is only created with ``O_EXCL``, which never follows a symbolic link;
+- nothing is appended to a procfs or sysfs file (they look regular, and writing one changes the node);
 - reads are bounded.
 
 Errors are CNIErrors naming the key and the path: code 7 when the value is wrong (relative, missing, not
@@ -114,10 +115,26 @@ def open_append(path, key, mode=0o600, fix=""):
         st = os.fstat(fd)
         if not is_regular(st):
             raise _not_regular(key, path, st, fix)
+        _not_a_kernel_file(fd, key, path, fix)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+# procfs and sysfs files look regular, and writing one changes the node (/proc/sys/kernel/hostname,
+# /proc/sys/kernel/core_pattern, /sys/class/net/*/mtu): a record is never appended there.
+_KERNEL_DIRS = ("/proc/", "/sys/", "/dev/")
+
+
+def _not_a_kernel_file(fd, key, path, fix):
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: nothing to ask, and no /proc to write to either
+        return
+    if real.startswith(_KERNEL_DIRS):
+        raise CNIError(INVALID_CONFIG, f"{key} {path!r} is the kernel interface file {real!r}, not a log file",
+                       fix or f"point {key} at a regular file, e.g. under /var/log")
 
 
 def append(path, key, data, mode=0o600, fix=""):

@@ -148,3 +148,19 @@ def test_a_fifo_swapped_in_after_the_stat_is_caught_by_fstat(tmp_path, monkeypat
     with pytest.raises(CNIError) as ei:
         files.read_regular(p, "ipam.resolvConf", 10)
     assert "a FIFO" in ei.value.msg
+
+
+# Only files whose writing would be harmless if this check were broken: a test must never risk the node
+# (/proc/sys/kernel/hostname is the case this guards against, and is not written here).
+@pytest.mark.parametrize("path", ["/proc/self/comm", "/proc/self/environ", "/proc/version"])
+def test_never_appends_to_a_kernel_interface_file(path, tmp_path):
+    """They look like regular files; writing one would change the node (hostname, core_pattern...)."""
+    if not os.path.exists(path):
+        pytest.skip(f"no {path} here")
+    before = open(path, "rb").read()
+    link = tmp_path / "log"
+    link.symlink_to(path)
+    for p in (path, str(link)):
+        e = err(files.append, p, "skbDebugLog", b'{"record": 1}\n')
+        assert e.code in (5, 7) and "skbDebugLog" in e.msg
+    assert open(path, "rb").read() == before
