@@ -91,6 +91,11 @@ def check_ifname(name):
     """Linux's dev_valid_name, with Go's messages (runtimes and tests match on them)."""
     if not name:
         raise CNIError(INVALID_ENV, "interface name is empty", "set CNI_IFNAME, e.g. CNI_IFNAME=eth0")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # os.environ carries non-UTF-8 bytes as lone surrogates
+        raise CNIError(INVALID_ENV, "interface name is not valid UTF-8",
+                       f"CNI_IFNAME {name!r}: a name the result (JSON) could not carry; use ASCII, e.g. eth0") from None
     if len(name.encode()) > 15:
         raise CNIError(INVALID_ENV, "interface name is too long",
                        f"interface name should be less than 16 characters (CNI_IFNAME {name!r} has "

@@ -274,3 +274,22 @@ def test_a_cni_version_that_is_not_a_version_string_is_code_6(exe, tmp_path, plu
         assert e["code"] == 6 and "not a version string" in e["msg"], (v, e)
     c = conf_for(plugin, tmp_path, version="9.9.9")   # a version, just not one we speak
     assert one_error(*call(exe(plugin), cni_env(command, netns="/x"), c))["code"] == 1
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("var", ["CNI_IFNAME", "CNI_CONTAINERID", "CNI_NETNS", "CNI_ARGS", "CNI_PATH",
+                                 "SKB_DEBUG_LOG"])
+def test_non_utf8_environment_never_crashes(exe, tmp_path, plugin, var):
+    """os.environ carries non-UTF-8 bytes as lone surrogates: they must never reach an encoder unchecked."""
+    env = {k.encode(): v.encode() for k, v in cni_env("ADD", netns="/x", path=os.path.dirname(exe(plugin))).items()}
+    env[var.encode()] = env.get(var.encode(), b"") + b"\xff\xfe"
+    for command in (b"ADD", b"DEL", b"VERSION"):
+        env[b"CNI_COMMAND"] = command
+        p = subprocess.run([exe(plugin)], env=env, input=json.dumps(conf_for(plugin, tmp_path)).encode(),
+                           capture_output=True, timeout=TIMEOUT)
+        out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+        assert p.returncode in (0, 1) and "Traceback" not in err, (command, out, err)
+        if p.returncode:
+            assert one_error(p.returncode, out, err)["code"] != 999
+        elif out:
+            assert isinstance(json.loads(out), dict)

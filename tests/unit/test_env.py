@@ -116,3 +116,12 @@ def test_cni_args_errors(raw, fragment):
     with pytest.raises(CNIError) as ei:
         env.parse_cni_args(raw, {"IP": str})
     assert ei.value.code == 4 and fragment in ei.value.msg and "CNI_ARGS" in ei.value.msg
+
+
+def test_a_non_utf8_interface_name_is_code_4_not_a_crash():
+    """os.environ turns a non-UTF-8 byte into a lone surrogate; the name could not go into the JSON result."""
+    from skb.cni.env import check_ifname
+    from skb.cni.errors import CNIError
+    with pytest.raises(CNIError) as ei:
+        check_ifname("eth\udcff")
+    assert ei.value.code == 4 and "not valid UTF-8" in ei.value.msg
