@@ -50,4 +50,4 @@ What it checks, with the finding codes:
   sandbox"). Addresses are attributed as containerd's go-cni does: an IP without an ``interface`` index
   belongs to the default interface.
 """
-from skb.tool.doctor.command import add_parser, command, run  # noqa: F401 (the package's interface)
+from skb.tool.doctor.command import add_parser, run  # noqa: F401 (the package's interface)
