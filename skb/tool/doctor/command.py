@@ -7,7 +7,8 @@ from skb.tool.style import Style
 from skb.tool.doctor.findings import Finding, SEVERITIES
 from skb.tool.doctor.runtimes import CONTAINERD_CONFIG, CRIO_CONFIG, CRIO_CONFIG_DIR, views_from
 from skb.tool.doctor.confdir import check_conf_dir, check_shadowing
-from skb.tool.doctor.plugins import check_plugins, check_declared_versions, check_status, check_runtime_bins
+from skb.tool.doctor.plugins import (prefetch, check_plugins, check_declared_versions, check_status,
+                                     check_runtime_bins)
 from skb.tool.doctor.node import check_host_lo, check_routing
 from skb.tool.doctor.reservations import check_leaks
 from skb.tool.doctor.probe import probe
@@ -28,11 +29,13 @@ def run(opts, skip=()):
         default = check_shadowing(view, loaded, findings)
         first_default = first_default or default
         networks = [e.netconf for e in loaded if e.netconf]
-        versions, found_all = check_plugins(view, networks, findings, "version" not in skip and not opts.no_version,
-                                            search)
+        run_version = "version" not in skip and not opts.no_version
+        run_status = "status" not in skip and not opts.no_status
+        versions, statuses = prefetch(view, networks, run_version, run_status)
+        versions, found_all = check_plugins(view, networks, findings, run_version, search, versions)
         check_declared_versions(networks, versions, found_all, findings)
-        if "status" not in skip and not opts.no_status:
-            check_status(view, networks, default, found_all, findings)
+        if run_status:
+            check_status(view, networks, default, found_all, findings, statuses)
         for n in networks:
             if all(n.source != m.source for m in networks_seen):
                 networks_seen.append(n)

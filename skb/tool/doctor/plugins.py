@@ -1,6 +1,7 @@
 """The plugins a network runs: installed where the runtime looks, executable, speaking its cniVersion,
 and ready (STATUS)."""
 import os
+import threading
 
 from skb.cni import result as cniresult
 from skb.cni.errors import CNIError
@@ -67,10 +68,82 @@ def _not_here(view, ptype, role, where, found, source):
         "type in the configuration", source)
 
 
-def check_plugins(view, networks, findings, run_version=True, search=()):
-    """Each plugin of each network: found, executable, VERSION. Returns {path: supportedVersions or None}
-    and {network source: [paths]} (only when every plugin of the network was found)."""
-    versions = {}
+def _wants_status(netconf):
+    try:
+        return libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0")
+    except libcni.LibcniError:
+        return False
+
+
+def _version_job(view, path):
+    try:
+        return _version_info(path, view.bin_dirs), None
+    except (libcni.LibcniError, CNIError) as e:
+        return None, libcni.describe(e)
+
+
+def _status_job(view, netconf):
+    """None, or (the plugin path that failed, the error) of STATUS through the chain."""
+    exec_ = libcni.RawExec(stderr=False, timeout=EXEC_TIMEOUT)
+    cni = libcni.CNIConfig(view.bin_dirs, exec_=exec_)
+    try:
+        cni.status_list(netconf)
+    except (libcni.LibcniError, CNIError) as e:
+        return exec_.calls[-1]["path"] if exec_.calls else "", e
+    return None
+
+
+def _parallel(calls, width=8):
+    """The results of ``calls`` (no-argument functions), run in up to ``width`` threads, in order."""
+    results = [None] * len(calls)
+    todo = list(enumerate(calls))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, call = todo.pop(0)
+            results[i] = call()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(width, len(calls)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def prefetch(view, networks, run_version=True, run_status=True):
+    """VERSION of every plugin found and STATUS of every network whose plugins are all there, run in
+    parallel (each is a process start): ({path: (supportedVersions, error)}, {network source: outcome})."""
+    paths, status_nets = [], []
+    for netconf in networks:
+        complete = True
+        for ptype, _role in _types_of(netconf):
+            path = _find(ptype, view.bin_dirs)
+            if path is None or not os.access(path, os.X_OK):
+                complete = False
+            elif path not in paths:
+                paths.append(path)
+        if complete and run_status and _wants_status(netconf):
+            status_nets.append(netconf)
+    jobs = ([(_version_job, path) for path in paths] if run_version else []) + \
+        [(_status_job, netconf) for netconf in status_nets]
+    if not jobs:
+        return {}, {}
+    results = _parallel([lambda job=job: job[0](view, job[1]) for job in jobs])
+    versions = {path: r for (fn, path), r in zip(jobs, results) if fn is _version_job}
+    statuses = {n.source: r for (fn, n), r in zip(jobs, results) if fn is _status_job}
+    return versions, statuses
+
+
+def check_plugins(view, networks, findings, run_version=True, search=(), versions=None):
+    """Each plugin of each network: found, executable, VERSION (``versions``: from ``prefetch``).
+    Returns {path: supportedVersions or None} and {network source: [paths]} (only when every plugin of
+    the network was found)."""
+    versions = dict(versions or {})
     found_all = {}
     for netconf in networks:
         paths = []
@@ -98,10 +171,7 @@ def check_plugins(view, networks, findings, run_version=True, search=()):
             if not run_version:
                 continue
             if path not in versions:
-                try:
-                    versions[path] = (_version_info(path, view.bin_dirs), None)
-                except (libcni.LibcniError, CNIError) as e:
-                    versions[path] = (None, libcni.describe(e))
+                versions[path] = _version_job(view, path)
             supported, err = versions[path]
             if err is not None:
                 findings.append(Finding("error", "version-failed", f"plugin {path} fails VERSION",
@@ -162,23 +232,17 @@ def check_declared_versions(networks, versions, found_all, findings):
             + (" (the newest version every plugin of the chain supports)" if common else ""), netconf.source))
 
 
-def check_status(view, networks, default, found_all, findings):
+def check_status(view, networks, default, found_all, findings, statuses=None):
     """STATUS through each network's chain as libcni does (cniVersion 1.1.0 and later; containerd 2
-    asks every few seconds). A failure of the pod network makes kubelet mark the node NotReady."""
+    asks every few seconds; ``statuses``: from ``prefetch``). A failure of the pod network makes kubelet
+    mark the node NotReady."""
+    statuses = statuses or {}
     for netconf in networks:
-        if netconf.source not in found_all:
-            continue          # a plugin is missing: reported already
-        try:
-            if not libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0"):
-                continue
-        except libcni.LibcniError:
-            continue
-        exec_ = libcni.RawExec(stderr=False, timeout=EXEC_TIMEOUT)
-        cni = libcni.CNIConfig(view.bin_dirs, exec_=exec_)
-        try:
-            cni.status_list(netconf)
-        except (libcni.LibcniError, CNIError) as e:
-            failed = exec_.calls[-1]["path"] if exec_.calls else ""
+        if netconf.source not in found_all or not _wants_status(netconf):
+            continue          # a plugin is missing (reported already), or the version has no STATUS
+        outcome = statuses[netconf.source] if netconf.source in statuses else _status_job(view, netconf)
+        if outcome is not None:
+            failed, e = outcome
             inner = e if isinstance(e, CNIError) else e.cni_error()
             code = inner.code if inner is not None else None
             msg = libcni.describe(e)
