@@ -343,6 +343,7 @@ def _read_stdin():
 
 
 def command(opts):
+    doctor_command.safe_stdout()
     try:
         if opts.journal:
             return explain_journal(opts, sys.stdout)

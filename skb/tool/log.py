@@ -17,6 +17,7 @@ import stat
 
 from skb.tool.style import Style, fail
 from skb.tool.doctor.files import BadFile, open_regular, kind
+from skb.tool.doctor.command import safe_stdout
 from skb.tool.replay import parse_text_records
 
 LINE_LIMIT = 16 << 20          # one record (a config with a large prevResult is far smaller)
@@ -191,6 +192,7 @@ def _warn(msg):
 
 
 def command(opts):
+    safe_stdout()
     style = Style.for_stream(sys.stdout, opts.color)
     path = opts.file
     if opts.follow:

@@ -751,3 +751,20 @@ def test_odd_state_files_never_hang_or_trace(skb, setup):
         "result": {"interfaces": [{"name": "../../../../etc/x"}, {"name": 7}]}}))
     out = doctor(skb, setup, timeout=60)
     assert "leaked-reservation" in codes(out)
+
+
+def test_names_that_are_not_utf8(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    os.mkfifo(os.path.join(os.fsencode(setup.conf), b"05-\xff.conflist"))
+    for json_out in (True, False):
+        p = subprocess.run([skb, "doctor", *(["--json"] if json_out else []), *setup.args()], capture_output=True,
+                           timeout=60)
+        assert p.returncode == 1 and b"Traceback" not in p.stderr, p.stderr
+        assert b"05-\\xff.conflist is a FIFO" in p.stdout or b"05-\\udcff.conflist is a FIFO" in p.stdout
+
+
+def test_bad_probe_timeout(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    p = subprocess.run([skb, "doctor", "--probe", "--probe-timeout", "-1", *setup.args()], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "--probe-timeout" in p.stderr and p.stderr.count("\n") == 1

@@ -157,3 +157,12 @@ def test_lines_option(skb, tmp_path):
     f = tmp_path / "calls.jsonl"
     f.write_text("".join(record(n) for n in range(1, 6)))
     assert [line.split()[0] for line in log(skb, "-n", "2", str(f)).stdout.splitlines()] == ["#4", "#5"]
+
+
+def test_lone_surrogates_and_non_utf8_in_records(skb, tmp_path):
+    f = tmp_path / "odd.jsonl"
+    f.write_bytes(b'{"plugin": "\\ud800x", "env": {"CNI_NETNS": "/run/netns/\\udcff"}, "exitCode": 1, '
+                  b'"stdout": "\\ud800"}\n')
+    p = subprocess.run([skb, "log", str(f)], capture_output=True, timeout=60)
+    assert p.returncode == 0 and b"Traceback" not in p.stderr
+    assert p.stdout.startswith(b"#1 ? \\ud800x ")

@@ -3,7 +3,7 @@ import os
 import sys
 import json
 
-from skb.tool.style import Style
+from skb.tool.style import Style, fail
 from skb.tool.doctor.findings import Finding, SEVERITIES
 from skb.tool.doctor.runtimes import CONTAINERD_CONFIG, CRIO_CONFIG, CRIO_CONFIG_DIR, views_from
 from skb.tool.doctor.confdir import check_conf_dir, check_shadowing
@@ -81,7 +81,21 @@ def report(findings, views, style, out):
           file=out)
 
 
+def safe_stdout():
+    """Names from the file system or a record may hold bytes that are not UTF-8 (or lone surrogates):
+    print them escaped rather than fail."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
 def command(opts):
+    safe_stdout()
+    if opts.probe and not 0 < opts.probe_timeout <= 3600:
+        return fail("skb doctor", f"--probe-timeout {opts.probe_timeout:g}: give a number of seconds from 0 to 3600",
+                    opts)
     findings, views = run(opts)
     problems = [f for f in findings if f.severity != "note"]
     if opts.json:
