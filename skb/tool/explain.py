@@ -223,26 +223,31 @@ def explain_text(text, opts, out):
     style = Style.for_stream(out, opts.color)
     matched = match(text)
     if not matched:
-        print(f"{style.bold('skb explain')}: this message is not one skb knows: "
-              f"{' '.join(text.split())[:300]!r}", file=out)
-        print("Running the whole doctor:", file=out)
+        if not opts.json:
+            print(f"{style.bold('skb explain')}: this message is not one skb knows: "
+                  f"{' '.join(text.split())[:300]!r}", file=out)
+            print("Running the whole doctor:", file=out)
         return _doctor(opts, None, (), style, out)
-    for i, (p, m) in enumerate(matched):
-        lead = style.bold("skb explain") if i == 0 else style.dim("  wrapped")
-        print(f"{lead}: {_paragraph(p, m)}", file=out)
+    explained = [{"pattern": p.key, "title": p.title, "meaning": p.meaning,
+                  "matched": {k: v for k, v in m.groupdict().items() if v}} for p, m in matched]
+    if not opts.json:
+        for i, (p, m) in enumerate(matched):
+            lead = style.bold("skb explain") if i == 0 else style.dim("  wrapped")
+            print(f"{lead}: {_paragraph(p, m)}", file=out)
     codes = {c for p, _m in matched for c in p.codes}
     groups = {g for p, _m in matched for g in p.groups}
-    return _doctor(opts, codes, groups, style, out)
+    return _doctor(opts, codes, groups, style, out, explained)
 
 
-def _doctor(opts, codes, groups, style, out):
+def _doctor(opts, codes, groups, style, out, explained=None):
     skip = () if codes is None else tuple(g for g in GROUPS if g not in groups)
     findings, views = doctor_command.run(opts, skip=skip)
     if codes is not None:
         findings = [f for f in findings if f.code in codes]
     problems = [f for f in findings if f.severity != "note"]
     if opts.json:
-        print(json.dumps({"problems": [f.to_dict() for f in problems],
+        print(json.dumps({"explained": explained or [],
+                          "problems": [f.to_dict() for f in problems],
                           "notes": [f.to_dict() for f in findings if f.severity == "note"],
                           "checked": [v.to_dict() for v in views]}, indent=2), file=out)
     elif codes is not None and not findings:

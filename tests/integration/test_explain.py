@@ -138,8 +138,10 @@ def test_journal_from_a_log_file(skb, setup, tmp_path):
 def test_json_output(skb, setup):
     setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "nosuch"}]})
     p = explain(skb, setup, "--json", 'failed to find plugin "nosuch" in path [/x]')
-    body = json.loads(p.stdout[p.stdout.index("{"):])
+    body = json.loads(p.stdout)
     assert [f["code"] for f in body["problems"]] == ["plugin-missing"]
+    assert [e["pattern"] for e in body["explained"]] == ["plugin-not-found"]
+    assert body["explained"][0]["matched"] == {"plugin": "nosuch", "path": "/x"}
 
 
 def test_non_utf8_message_argument(skb, setup):
