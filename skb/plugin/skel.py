@@ -10,9 +10,10 @@ plugin file holds only its networking story. Guarantees:
 - a closed stdin is a decode error naming it; closed standard descriptors are filled with /dev/null so
   that no file opened later lands on them;
 - with ``skbDebugLog`` in the config or ``SKB_DEBUG_LOG`` in the environment, each call is appended to
-  that file as one JSON line (command, CNI_* env, stdin, exit code, stdout) so it can be replayed. The
-  file is opened through skb.linux.files (absolute path, regular file, never blocking); the record is
-  written whatever happened to stdout.
+  that file as one JSON line (command, CNI_* env, stdin, exit code, stdout; ``trace`` with the W3C
+  TRACEPARENT/TRACESTATE when the runtime passed them) so it can be replayed. The file is opened
+  through skb.linux.files (absolute path, regular file, never blocking); the record is written whatever
+  happened to stdout.
 """
 import os
 import sys
@@ -205,6 +206,9 @@ def debug_record(plugin, environ, out, duration):
         "stderr": out.stderr,
         "durationMs": round(duration * 1000, 3),
     }
+    trace = {k: environ[v] for k, v in (("traceparent", "TRACEPARENT"), ("tracestate", "TRACESTATE")) if environ.get(v)}
+    if trace:   # W3C trace context, as newer libcni passes it: matches a call to the runtime's trace
+        record["trace"] = trace
     return (jsonio.dumps(record) + "\n").encode("utf-8", "replace")
 
 
