@@ -232,9 +232,34 @@ def write_debug_logs(plugin, environ, out, duration, paths):
             _stderr(f"skb-cni: cannot write the debug log: {e}\n")
 
 
+class _Stderr:
+    """sys.stderr for a plugin call: remarks go out if they can, and a closed or broken stderr (the
+    runtime stopped reading) never turns into an exception in the middle of the plugin's work."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def fill_std_fds():
     """A runtime may start us with fd 0, 1 or 2 closed. Put /dev/null there, so that no file this
-    process opens later lands on a standard stream (a record written to fd 1, a netns as stdin of ip)."""
+    process opens later lands on a standard stream (a record written to fd 1, a netns as stdin of ip).
+    sys.stdin and sys.stdout stay None then (the dispatcher reports a closed stdin, and an answer it
+    cannot deliver); sys.stderr becomes a writer that never raises, whatever happens to fd 2."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -242,9 +267,18 @@ def fill_std_fds():
             try:
                 got = os.open("/dev/null", os.O_RDWR)
             except OSError:
-                return
+                break
             if got != fd:  # a lower one was free: it was filled by this very open
                 os.close(got)
+    if not isinstance(sys.stderr, _Stderr):
+        stream = sys.stderr
+        if stream is None:
+            try:
+                stream = open(2, "w", errors="backslashreplace", closefd=False)
+            except OSError:
+                stream = None
+        if stream is not None:
+            sys.stderr = _Stderr(stream)
 
 
 def _write_fd(fd, text):

@@ -293,3 +293,36 @@ def test_non_utf8_environment_never_crashes(exe, tmp_path, plugin, var):
             assert one_error(p.returncode, out, err)["code"] != 999
         elif out:
             assert isinstance(json.loads(out), dict)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("close", [(2,), (0, 1, 2)])
+def test_closed_stderr_or_all_streams_never_crash(exe, tmp_path, plugin, close):
+    c = conf_for(plugin, tmp_path, inject={"ADD": {"stderr": "remark"}}) if plugin == "debug" else conf_for(plugin, tmp_path)
+    for command in ("ADD", "DEL", "VERSION", "STATUS"):
+        rc, out, err = call(exe(plugin), cni_env(command, netns="/x", path=os.path.dirname(exe(plugin))), c,
+                            close=close)
+        assert rc in (0, 1) and "Traceback" not in out, (command, rc, out)
+        if 1 not in close and out:
+            assert json.loads(out).get("code") != 999, out
+
+
+def test_host_local_gc_with_stderr_closed_or_broken_releases_and_succeeds(exe, tmp_path):
+    """GC writes a remark after releasing: a closed or broken stderr must not make that a failure."""
+    c = conf_for("host-local", tmp_path, version="1.1.0")
+    env = cni_env("ADD", containerid="gone", netns="/x", path=os.path.dirname(exe("host-local")))
+    for how in ("closed", "broken"):
+        rc, out, err = call(exe("host-local"), env, c)
+        assert rc == 0, err
+        gc = dict(c, **{"cni.dev/valid-attachments": []})
+        if how == "closed":
+            rc, out, err = call(exe("host-local"), dict(env, CNI_COMMAND="GC"), gc, close=(2,))
+        else:
+            r, w = os.pipe()
+            os.close(r)          # nobody reads stderr: every write to it fails with EPIPE
+            p = subprocess.run([exe("host-local")], env=dict(env, CNI_COMMAND="GC"), input=json.dumps(gc).encode(),
+                               stdout=subprocess.PIPE, stderr=w, timeout=TIMEOUT)
+            os.close(w)
+            rc, out = p.returncode, p.stdout.decode()
+        assert (rc, out) == (0, ""), (how, rc, out)
+        assert [f for f in os.listdir(tmp_path / "ipam" / "hostile") if f[0].isdigit()] == [], how
