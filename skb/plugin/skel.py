@@ -309,13 +309,15 @@ def finish(plugin, environ, out, started, extra_logs=()):
     stdout_closed = sys.stdout is None
     if out.stdout:
         if stdout_closed or not _write_fd(1, out.stdout):
+            answer = out.stdout.strip()
+            answer = answer if len(answer) <= 2000 else answer[:2000] + "..."
             if out.code == 0 and out.undo is not None:
                 note = out.undo("the result could not be written to stdout")
                 out.code = 1
                 out.stderr += f"skb-cni: {note}\n"
-            elif out.code == 0:
+            else:
                 out.code = 1
-                out.stderr += "skb-cni: the answer could not be written to stdout\n"
+                out.stderr += f"skb-cni: the answer could not be written to stdout: {answer}\n"
     if out.stderr:
         _stderr(out.stderr)
     paths = []

@@ -151,13 +151,16 @@ class Calls:
         self.count = 0
         self.added = {}   # plugin -> successful ADDs (each one's DEL is then checked for leftovers)
 
-    def run(self, plugin, command, text, netns, cid, where, extra_env=None):
+    def run(self, plugin, command, text, netns, cid, where, extra_env=None, close_stdout=False):
+        """One call; with ``close_stdout`` the plugin starts with fd 1 closed (its answer is lost: an
+        ADD must then undo itself) and only its exit code and stderr are checked."""
         env = cni_env(command, containerid=cid, netns=netns, ifname="eth0", path=self.bin_dir)
         env.update(extra_env or {})
         self.count += 1
         try:
             p = subprocess.run([os.path.join(self.bin_dir, plugin)], env=env, input=text.encode("utf-8", "surrogatepass"),
-                               capture_output=True, timeout=CALL_TIMEOUT, cwd=self.cwd)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=CALL_TIMEOUT, cwd=self.cwd,
+                               preexec_fn=(lambda: os.close(1)) if close_stdout else None)
         except subprocess.TimeoutExpired:
             self.problems.append(f"{where} {command}: HANG (> {CALL_TIMEOUT} s)")
             return None, None
@@ -168,6 +171,14 @@ class Calls:
         elif "Traceback" in err or "Traceback" in out:
             bad = "traceback"
         obj = None
+        if close_stdout:   # nothing to read on stdout: the exit code and stderr are all there is
+            if bad is None and p.returncode != 1:
+                bad = "an answer that could not be delivered did not fail the call"
+            elif bad is None and "could not be written" not in err:
+                bad = "no remark on stderr about the lost answer"
+            if bad:
+                self.problems.append(f"{where} {command}: {bad}: rc={p.returncode} stderr={err[-500:]!r}")
+            return p.returncode, None
         if bad is None and out.strip():
             try:
                 obj = json.loads(out)
@@ -235,6 +246,13 @@ def test_soak_mutated_configs_against_every_plugin_and_command(bin_dir, tmp_path
                 extra["SKB_DEBUG_LOG"] = "relative.log"
         try:
             netns = f"/run/netns/{ns}"
+            if rng.random() < 0.1:
+                # the answer cannot be delivered: the ADD must undo itself, checked before any DEL
+                rc, _ = calls.run(plugin, "ADD", text, netns, cid, where + " (stdout closed)", extra, close_stdout=True)
+                left = reservation_files(root) + [n["ifname"] for n in ip_json("link", "show", netns=ns)
+                                                  if n["ifname"] != "lo"]
+                if rc != 1 or left or host_state() != before:
+                    calls.problems.append(f"{where}: ADD with stdout closed: rc {rc}, not undone: {left}")
             rc, result = calls.run(plugin, "ADD", text, netns, cid, where, extra)
             if rc == 0 and result is not None:
                 check_conf = json.loads(text) if HUGE not in json.dumps(conf) else None
