@@ -92,7 +92,7 @@ def test_huge_integers_anywhere(obj, digits, negative, where):
         "list": f'"l": [1, {number}]}}'}[where]
     out = skel.run(PLUGIN, ENV, text.encode())
     check(out)
-    if digits > 4300:
+    if digits > 4300 and "Infinity" not in text:   # (json.dumps writes inf as Infinity: an earlier error)
         err = json.loads(out.stdout)
         assert err["code"] == 6 and "number too long" in err["msg"]
         assert err["msg"].endswith(f"line 1, column {text.find(number) + 1}"), (err, text.find(number))
