@@ -25,4 +25,4 @@ def go_abs(path):
 def cnitool_container_id(netns_path):
     """``cnitool-`` + the first 10 bytes of SHA-512 of the absolute netns path, in hex (so ADD and DEL
     with the same path name the same attachment)."""
-    return "cnitool-" + hashlib.sha512(go_abs(netns_path).encode()).hexdigest()[:20]
+    return "cnitool-" + hashlib.sha512(os.fsencode(go_abs(netns_path))).hexdigest()[:20]

@@ -7,6 +7,7 @@ from skb.cni.errors import CNIError
 from skb.tool.libcni.errors import LibcniError, NoConfigsFound, NotFound
 from skb.tool.libcni.gojson import _decode, _field, _json_kind, go_marshal, go_type
 from skb.cni import jsonio
+from skb.linux.files import read_regular
 
 CURRENT_VERSION = "1.1.0"        # the spec version this library implements (libcni's version.Current())
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
@@ -206,12 +207,17 @@ def conf_files(conf_dir, extensions):
             if not e.is_dir(follow_symlinks=False) and go_ext(e.name) in extensions]
 
 
+# A configuration or a cached result larger than this is not one (and /dev/zero never ends).
+MAX_FILE_BYTES = 16 << 20
+
+
 def _read(path):
+    """The bytes of a configuration or cache file, never blocking and bounded: a FIFO, a device or a
+    directory is refused, not opened or read (``skb.linux.files.read_regular``)."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise LibcniError(f"error reading {path}: {os.strerror(e.errno).lower()}") from None
+        return read_regular(os.path.abspath(path), "file", MAX_FILE_BYTES)
+    except CNIError as e:
+        raise LibcniError(f"error reading {path}: {e.msg}") from None
 
 
 def plugin_confs_from_dir(conf_dir, network):
