@@ -1,6 +1,6 @@
 """ptp: a veth pair per attachment, routed point-to-point through the host.
 
-Compatible with the reference ptp (reference-plugins.md §4): same config keys, same kernel state, same
+Compatible with the reference ptp (docs/REFERENCE.md#ptp): same config keys, same kernel state, same
 result. The container end is ``CNI_IFNAME``; the host end is ``veth`` + 8 hex digits. The host end
 carries each gateway as a /32 (/128) and a ``scope host`` route to each container address; the
 container keeps its address with the IPAM prefix, but its connected route is replaced by
@@ -43,6 +43,7 @@ from skb.linux import netns
 from skb.plugin import skel
 from skb.linux import sysctl
 from skb.cni.addr import Net
+from skb.cni.digest import sha512_hex
 from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 from skb.linux.netlink_codec import IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE
 from skb.linux.netlink import Exists, NotFound, RtNetlink
@@ -104,17 +105,9 @@ def _parse_dns(raw):
     return DNS(fields["nameservers"], fields["domain"], fields["search"], fields["options"])
 
 
-def _hex(text, n):
-    try:
-        from _sha512 import sha512      # Python 3.11 (the C module: hashlib costs ~1 ms more)
-    except ImportError:
-        from _sha2 import sha512        # Python >= 3.12
-    return sha512(text.encode()).hexdigest()[:n]
-
-
 def host_veth_name(network, container_id, ifname):
     """``veth`` + 8 hex digits of a hash of the attachment: DEL can find the host end without the netns."""
-    return "veth" + _hex(f"{network}\0{container_id}\0{ifname}", 8)
+    return "veth" + sha512_hex(f"{network}\0{container_id}\0{ifname}")[:8]
 
 
 def _random_veth_name():

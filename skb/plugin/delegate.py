@@ -1,4 +1,4 @@
-"""Delegating to an IPAM plugin (reference-plugins.md §1 "Delegation", cni-spec.md §4.1).
+"""Delegating to an IPAM plugin (docs/REFERENCE.md#delegation).
 
 The plugin named by ``ipam.type`` is looked up in CNI_PATH as libcni's FindInPath does (first regular
 file of that name, in order; same error texts), and run with the caller's environment (CNI_COMMAND

@@ -115,7 +115,7 @@ def test_same_masquerade_rules_and_each_deletes_the_others(impls, make_netns, da
 
 
 def test_go_leaks_masquerade_without_netns_we_do_not(impls, make_netns, data_dir):
-    """reference-plugins.md §9.3: after `ip netns del`, Go's DEL leaves the chain; ours removes it."""
+    """docs/REFERENCE.md#deleting-twice: after `ip netns del`, Go's DEL leaves the chain; ours removes it."""
     conf = ptp_conf(data_dir, ipMasq=True)
     for name, ptp in impls.items():
         ns = make_netns()

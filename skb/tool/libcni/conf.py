@@ -129,7 +129,7 @@ def _read_bool(raw, key):
 
 def conflist_from_bytes(data, source=""):
     """libcni's NetworkConfFromBytes: a conflist, without the plugin objects from the sub-directory.
-    The selected ``cni_version`` follows §2.4 (``cniVersions``: the highest not newer than 1.1.0)."""
+    The selected ``cni_version`` follows docs/REFERENCE.md#loading-configurations (``cniVersions``: the highest not newer than 1.1.0)."""
     data = data.encode() if isinstance(data, str) else bytes(data)
     raw = _decode(data, "error parsing configuration list")
     if raw is None:
@@ -282,7 +282,7 @@ def load_network(conf_dir, name):
 
 
 def default_network_files(conf_dir):
-    """The files containerd's CRI considers, in the order it loads them (§5.7): ``.conf``,
+    """The files containerd's CRI considers, in the order it loads them (docs/REFERENCE.md#loading-configurations): ``.conf``,
     ``.conflist`` and ``.json`` together, by file name. The first is the pod network."""
     return sorted(conf_files(conf_dir, (".conf", ".conflist", ".json")))
 
