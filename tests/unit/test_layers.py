@@ -176,11 +176,8 @@ CHILD = textwrap.dedent("""
 def _conf(plugin, tmp_path, version="1.1.0"):
     conf = {"cniVersion": version, "name": "budget", "type": plugin}
     if plugin in ("ptp", "host-local"):
-        ipam = {"type": "host-local", "ranges": [[{"subnet": "10.77.0.0/24"}]], "dataDir": str(tmp_path / "data")}
-        if plugin == "ptp":
-            conf["ipam"] = ipam
-        else:
-            conf.update({k: v for k, v in ipam.items() if k != "type"})
+        conf["ipam"] = {"type": "host-local", "ranges": [[{"subnet": "10.77.0.0/24"}]],
+                        "dataDir": str(tmp_path / "data")}
     return conf
 
 
@@ -200,7 +197,8 @@ def _load(applet, command, tmp_path):
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_COMMAND": command, "CNI_CONTAINERID": "budget1",
-           "CNI_NETNS": "", "CNI_IFNAME": "eth0", "CNI_ARGS": "", "CNI_PATH": str(cni_bin)}
+           "CNI_NETNS": "/run/netns/skb-budget-none" if command == "ADD" else "", "CNI_IFNAME": "eth0",
+           "CNI_ARGS": "", "CNI_PATH": str(cni_bin)}
     out = tmp_path / "modules"
     p = subprocess.run([sys.executable, "-I", "-S", "-c", CHILD, str(paths), str(out), applet], env=env,
                        input=json.dumps(_conf(applet, tmp_path)).encode(), capture_output=True, timeout=60)
