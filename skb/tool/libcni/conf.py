@@ -1,6 +1,7 @@
 """Network configurations as libcni loads them: plugin objects, configuration lists, the conf dir
 (docs/REFERENCE.md#loading-configurations)."""
 import os
+from dataclasses import dataclass, field
 
 from skb.cni import result as cniresult
 from skb.cni.errors import CNIError
@@ -39,27 +40,19 @@ class PluginConfig:
         return f"PluginConfig(type={self.type!r})"
 
 
+@dataclass(slots=True)
 class NetworkConfigList:
     """A network (a conflist, or a single config up-converted to one)."""
 
-    __slots__ = ("name", "cni_version", "disable_check", "disable_gc", "load_only_inlined", "plugins",
-                 "bytes", "raw", "source")
-
-    def __init__(self, name, cni_version, disable_check, disable_gc, load_only_inlined, plugins, data, raw,
-                 source=""):
-        self.name = name
-        self.cni_version = cni_version
-        self.disable_check = disable_check
-        self.disable_gc = disable_gc
-        self.load_only_inlined = load_only_inlined
-        self.plugins = plugins
-        self.bytes = data
-        self.raw = raw
-        self.source = source
-
-    def __repr__(self):
-        return (f"NetworkConfigList(name={self.name!r}, cniVersion={self.cni_version!r}, "
-                f"plugins={[p.type for p in self.plugins]!r}, source={self.source!r})")
+    name: str
+    cni_version: str
+    disable_check: bool
+    disable_gc: bool
+    load_only_inlined: bool
+    plugins: list
+    bytes: bytes = field(repr=False)
+    raw: dict = field(repr=False)
+    source: str = ""
 
 
 
