@@ -14,6 +14,11 @@ directory's ``.skb`` must resolve to the bundle running now, because that is wha
 exec. A foreign ``host-local`` earlier in CNI_PATH is exec'd. ``SKB_IPAM_EXEC=1`` forces exec; a debug
 log (``SKB_DEBUG_LOG``/``skbDebugLog``) does too, so the delegate logs its own call as it would alone.
 ``SKB_IPAM_TRACE=1`` notes on stderr which way each delegation went.
+
+Delegation never recurses: an ``ipam.type`` that is this plugin itself (the same name as its ``type``, or
+a name that resolves to the same file, or a launcher that would run this very applet of this bundle) is
+refused with code 7, and ``SKB_DELEGATION_DEPTH``, incremented for each delegate, bounds a chain that
+comes back through other programs (``MAX_DEPTH``).
 """
 import os
 import sys
