@@ -126,7 +126,7 @@ TAG_PREFIX = "skb-cni ptp "
 
 def attachment_tag(network, container_id, ifname):
     """The alias ADD gives the host veth: which attachment it belongs to, whatever its name becomes."""
-    return TAG_PREFIX + _hex(f"{network}\0{container_id}\0{ifname}", 32)
+    return TAG_PREFIX + sha512_hex(f"{network}\0{container_id}\0{ifname}")[:32]
 
 
 def _random_veth_name():
