@@ -86,9 +86,9 @@ _STRING_FIELDS = ("command", "plugin", "stdin", "stdout", "stderr", "time")
 
 
 def read_records(path):
-    """The records of a debug log, capture or cniOutput file. The file must be a regular file (a FIFO
-    or a device is refused, never read), at most ``MAX_RECORD_FILE`` bytes. A record is untrusted
-    input: one whose fields are not of the recorded types is skipped with a note on stderr."""
+    """The records of a debug log, capture or cniOutput file, numbered as ``skb log`` numbers them. The
+    file must be a regular file (a FIFO or a device is refused, never read), at most ``MAX_RECORD_FILE``
+    bytes. A record is untrusted input: ``record_problem`` says whether the selected one can be run."""
     try:
         data = read_regular(os.path.abspath(path), "the record file", MAX_RECORD_FILE,
                             "give a debug log, a captureFile or a cniOutput file")
@@ -107,19 +107,18 @@ def read_records(path):
         except (ValueError, RecursionError):
             print(f"skb replay: {path}:{n}: not a JSON line, skipped", file=sys.stderr)
             continue
-        if not (isinstance(rec, dict) and isinstance(rec.get("env"), dict)):
+        if not isinstance(rec, dict):
+            print(f"skb replay: {path}:{n}: not a JSON object, skipped", file=sys.stderr)
             continue
-        problem = record_problem(rec)
-        if problem:
-            print(f"skb replay: {path}:{n}: {problem}, skipped", file=sys.stderr)
-            continue
-        records.append(rec)
+        records.append(rec)      # numbered as `skb log` numbers them; checked when selected
     return records
 
 
 def record_problem(rec):
-    """What makes a decoded record unusable (None when nothing does): every env value and the textual
-    fields must be strings, the exit code an integer."""
+    """What makes a decoded record unusable (None when nothing does): ``env`` must be an object whose
+    values are strings, the textual fields strings, the exit code an integer."""
+    if not isinstance(rec.get("env"), dict):
+        return '"env" is not an object'
     for key, value in rec["env"].items():
         if not isinstance(value, str):
             return f"env {key} is not a string"
@@ -136,17 +135,26 @@ def record_problem(rec):
     return None
 
 
+def _command_of(rec):
+    env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
+    return rec.get("command") or env.get("CNI_COMMAND")
+
+
 def select(records, number, command):
-    """The ``number``-th record (1-based; negative counts from the end) among those of ``command``."""
-    pool = [(i, r) for i, r in enumerate(records, 1)
-            if not command or (r.get("command") or r["env"].get("CNI_COMMAND")) == command]
+    """The ``number``-th record (1-based; negative counts from the end) among those of ``command``, as
+    (its number in the file, the record). A record that cannot be run as recorded is refused."""
+    pool = [(i, r) for i, r in enumerate(records, 1) if not command or _command_of(r) == command]
     if not pool:
         raise ReplayError("no record" + (f" of a {command} call" if command else "") + " in the file")
     try:
-        return pool[number - 1 if number > 0 else number]
+        found = pool[number - 1 if number > 0 else number]
     except IndexError:
         raise ReplayError(f"there is no record {number}: the file has {len(pool)}"
                           + (f" {command} records" if command else " records")) from None
+    problem = record_problem(found[1])
+    if problem:
+        raise ReplayError(f"record #{found[0]} cannot be replayed: {problem}")
+    return found
 
 
 def _stdin_type(stdin):

@@ -122,15 +122,19 @@ def test_replay_shows_what_runs_and_replaces_a_foreign_cni_path(skb, bin_dir, tm
     {"env": {"CNI_COMMAND": "ADD"}, "plugin": "debug", "command": ["ADD"]},
     {"env": {"CNI_COMMAND": "ADD"}, "plugin": "debug", "exitCode": "0"},
     {"env": {"CNI_COMMAND": "ADD", "CNI_ARGS": "\ud800"}, "plugin": "debug"},
+    {"env": ["CNI_COMMAND=ADD"], "plugin": "debug"},
+    {"plugin": "debug"},
 ])
-def test_records_with_fields_of_the_wrong_type_are_skipped(skb, bin_dir, tmp_path, bad):
+def test_records_with_fields_of_the_wrong_type_are_refused(skb, bin_dir, tmp_path, bad, evil):
+    d, marker = evil
     log = tmp_path / "log.jsonl"
     write_records(log, bad)
-    for args in (["replay", str(log)], ["log", str(log)]):
-        p = run(skb, *args, env={"CNI_PATH": bin_dir})
-        assert "Traceback" not in p.err and "skipped" in p.err, p.err
-    p = run(skb, "replay", str(log), env={"CNI_PATH": bin_dir})
-    assert p.returncode == 2 and "no record in the file" in p.err
+    p = run(skb, "replay", str(log), env={"CNI_PATH": f"{d}:{bin_dir}"})
+    assert p.returncode == 2
+    one_line_error(p, "record #1 cannot be replayed")
+    assert not marker.exists()
+    p = run(skb, "log", str(log))
+    assert "Traceback" not in p.err, p.err
 
 
 def test_a_record_with_odd_text_replays_without_a_traceback(skb, bin_dir, tmp_path):
