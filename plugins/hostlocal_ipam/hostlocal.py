@@ -9,6 +9,7 @@ A drop-in for the reference plugin (same keys, same files, same round-robin orde
 - changes nothing when ADD fails, and survives being killed at any point (see store.py).
 """
 from skb.plugin import skel
+from skb.cni import jsonio
 from skb.cni import netconf as cfg
 from skb.cni.errors import CNIError, INVALID_CONFIG, NOT_AVAILABLE
 
@@ -44,7 +45,7 @@ def cmd_add(args, conf):
             # Built (and checked against the config's version) before anything is final: a result that
             # cannot be written fails the ADD here, with its reservations undone, not after the commit.
             result = _result(conf, ipc, got, dns)
-            result.to_dict(conf.cni_version)
+            jsonio.dumps(result.to_dict(conf.cni_version)).encode()
             for ip in replaced:  # only now that every range set succeeded
                 store.release(ip, owner)
         except BaseException:

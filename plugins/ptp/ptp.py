@@ -47,6 +47,7 @@ answers the container from the gateway address on that same veth. No sysctl is s
 config key for it; tests/integration/test_ptp.py proves kubelet-style probes, pings and pod-to-pod
 traffic under strict rp_filter on the node and in the pods.
 """
+from skb.cni import jsonio
 from skb.cni import netconf as config
 from skb.linux import guard
 from skb.plugin import delegate as ipam
@@ -194,7 +195,8 @@ def cmd_add(args, conf):
         undo = UndoStack()
         try:
             result = _add(args, conf, pc, stdin, ns, undo)
-            result.to_dict(conf.cni_version)  # a result the config's version cannot hold fails here, undone
+            # A result the config's version cannot hold, or that cannot be written, fails here, undone.
+            jsonio.dumps(result.to_dict(conf.cni_version)).encode()
             return result
         except BaseException as e:
             undo.unwind(e)
