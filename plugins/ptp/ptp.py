@@ -422,8 +422,9 @@ class Ownership:
 
 
 def verified_peer(hnl, ns, cont):
-    """The host link that is the container link ``cont``'s veth peer, proven by ifindex and netns id on
-    both sides (ifindexes are per netns); None when its peer is not in this netns."""
+    """The host link that is the container link ``cont``'s veth peer, or None. Proven from the host side:
+    its peer is ifindex ``cont.index`` in the netns whose id (as the host numbers it) is ``ns``'s. An
+    ifindex alone proves nothing: ifindexes are per netns, so every pod's eth0 may be number 2."""
     if cont.kind != "veth" or not cont.link_index or cont.link_netnsid is None:
         return None
     try:
