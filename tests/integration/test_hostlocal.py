@@ -298,3 +298,22 @@ def test_a_result_that_cannot_be_built_fails_the_add_with_nothing_reserved(hl):
         r = hl("ADD", ipam={"routes": [route]})
         assert r.rc == 1 and r.json["code"] != 999, r
         assert [f for f in files(hl.dir) if f[0].isdigit()] == [], r
+
+
+from tests.unit.test_hostlocal_store import tmpfs_dir  # noqa: E402,F401  (the fixture)
+
+
+def test_index_survives_foreign_changes_on_tmpfs(hl, tmpfs_dir):
+    """The same, with the store on tmpfs (Debian 13's /tmp, every /run), where the directory's mtime comes
+    from a coarse clock; the unlink and the create follow the ADD at once, repeatedly."""
+    ipam = {"dataDir": tmpfs_dir}
+    d = os.path.join(tmpfs_dir, "net1")
+    for i in range(20):
+        first = hl("ADD", cid="a", ipam=ipam).json["ips"][0]["address"].split("/")[0]
+        os.unlink(os.path.join(d, first))
+        with open(os.path.join(d, "10.1.0.240"), "wb") as f:
+            f.write(b"a\r\neth0")
+        r = hl("ADD", cid="a", ipam=ipam)
+        assert r.json["ips"][0]["address"] == "10.1.0.240/24", (i, r)
+        assert hl("DEL", cid="a", ipam=ipam).rc == 0
+        assert [n for n in os.listdir(d) if n[0].isdigit()] == [], i
