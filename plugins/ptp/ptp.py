@@ -47,6 +47,7 @@ answers the container from the gateway address on that same veth. No sysctl is s
 config key for it; tests/integration/test_ptp.py proves kubelet-style probes, pings and pod-to-pod
 traffic under strict rp_filter on the node and in the pods.
 """
+from skb.cni import jsonio
 from skb.cni import netconf as config
 from skb.linux import guard
 from skb.plugin import delegate as ipam
@@ -187,7 +188,8 @@ def cmd_add(args, conf):
         undo = UndoStack()
         try:
             result = _add(args, conf, pc, stdin, ns, undo)
-            result.to_dict(conf.cni_version)  # a result the config's version cannot hold fails here, undone
+            # A result the config's version cannot hold, or that cannot be written, fails here, undone.
+            jsonio.dumps(result.to_dict(conf.cni_version)).encode()
             return result
         except BaseException as e:
             undo.unwind(e)
@@ -413,8 +415,9 @@ class Ownership:
 
 
 def verified_peer(hnl, ns, cont):
-    """The host link that is the container link ``cont``'s veth peer, proven by ifindex and netns id on
-    both sides (ifindexes are per netns); None when its peer is not in this netns."""
+    """The host link that is the container link ``cont``'s veth peer, or None. Proven from the host side:
+    its peer is ifindex ``cont.index`` in the netns whose id (as the host numbers it) is ``ns``'s. An
+    ifindex alone proves nothing: ifindexes are per netns, so every pod's eth0 may be number 2."""
     if cont.kind != "veth" or not cont.link_index or cont.link_netnsid is None:
         return None
     try:

@@ -64,6 +64,8 @@ class NetNS:
         exist, CNIError 4 when it is something else, 5 when we may not open it."""
         if not path:
             raise CNIError(INVALID_ENV, "CNI_NETNS is empty", _VALID)
+        if "\0" in path:
+            raise CNIError(INVALID_ENV, "invalid CNI_NETNS: it contains a NUL byte", _VALID)
         try:
             fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
