@@ -1,7 +1,9 @@
 """skb.linux.files: the one way a plugin opens a file a configuration names. Never blocks, never opens a
 device, never creates through a dangling link, reads with a bound; errors name the key and the path."""
 import os
+import shutil
 import socket
+import tempfile
 
 import pytest
 
@@ -113,13 +115,39 @@ def test_a_directory_is_refused_for_append(tmp_path):
     assert e.code == 7 and "a directory" in e.msg and "captureFile" in e.msg
 
 
-def test_unreadable_is_an_io_error(tmp_path):
-    if os.geteuid() == 0:
-        pytest.skip("root reads everything")
-    f = tmp_path / "f"
-    f.write_bytes(b"x")
-    f.chmod(0)
-    assert err(files.read_regular, str(f), "k", 10).code == 5
+def test_unreadable_is_an_io_error():
+    # Root reads everything, so the read is made by a forked child that dropped to uid/gid 65534 (the
+    # module is imported already: the child needs nothing from the checkout, wherever it lives).
+    top = tempfile.mkdtemp(prefix="skb-unreadable-")
+    try:
+        os.chmod(top, 0o755)
+        f = os.path.join(top, "f")
+        with open(f, "wb") as out:
+            out.write(b"x")
+        os.chmod(f, 0)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+                try:
+                    files.read_regular(f, "k", 10)
+                    os.write(w, b"read")
+                except CNIError as e:
+                    os.write(w, f"{e.code} {e.msg}".encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        got = os.read(r, 4096).decode()
+        os.close(r)
+        os.waitpid(pid, 0)
+    finally:
+        shutil.rmtree(top)
+    code, _, msg = got.partition(" ")
+    assert code == "5" and f"k {f!r}" in msg and "ermission denied" in msg, got
 
 
 def test_no_descriptor_leaks(tmp_path, fifo):
