@@ -517,6 +517,7 @@ class Server:
         return {"key": self.key, "pid": os.getpid(), "bundle": self.bundle, "binDir": self.bindir,
                 "startedAt": self.started, "idleSeconds": round(time.monotonic() - self.last, 1),
                 "served": self.served, "refused": self.refused, "children": len(self.children),
+                "childPids": sorted(c[0] for c in self.children.values()),
                 "peakChildren": self.peak_children, "prefork": PREFORK, "sparesLost": self.spares_lost, "maxChildren": MAX_CHILDREN, "rssKB": _rss_kb(),
                 "childMaxRssKB": median(0), "childFaultedKB": median(1), "acceptToForkMs": median(2),
                 "acceptToExitMs": median(3), "stopping": self.stopping}

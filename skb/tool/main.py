@@ -22,6 +22,7 @@ from skb.linux import scratch_netns
 from skb.tool import doctor
 from skb.tool import libcni
 from skb.tool import replay
+from skb.tool import warm
 from skb.tool.replay import read_records
 
 DEFAULT_CNI_PATH = "/opt/cni/bin"
@@ -327,6 +328,7 @@ def build_parser():
     doctor.add_parser(sub, raw, parents)
     replay.add_parser(sub, raw, parents)
     install.add_parsers(sub, raw, parents)
+    warm.add_parser(sub, raw, parents)
     return p
 
 
