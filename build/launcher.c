@@ -36,8 +36,8 @@
  * root, cgroup, credentials, capabilities, ...), so callers in different contexts never meet; the server
  * checks it all again against what the kernel attests. No server, a refusal, a timeout before the server
  * accepted: the call goes on by exec, exactly as without warm start. Once accepted ("A", answered "G"),
- * the call is the server's: its exit status comes back ("X") and we exit with it; a server that dies
- * mid-call is reported as a CNI error (code 999). The first call in a context without a server starts one
+ * the call is the server's: its exit status comes back ("X") and we exit with it (or "R": its child
+ * could not start it, exec); a server that dies mid-call is reported as a CNI error (code 999). The first call in a context without a server starts one
  * (detached, at most every SPAWN_EVERY seconds) and itself goes by exec. Off with SKB_WARM=0 in the
  * environment or a file <bin dir>/.skb-warm-off.
  */
@@ -508,7 +508,8 @@ static void warm(const char *bindir, const char *bundle, const char *applet, int
         goto out;
 
     /* Accepted ("A") within the timeout, or exec. The server's child runs nothing before our "G": if we
-     * time out and go by exec, it sees us gone and ends, so a call never runs twice. */
+     * time out and go by exec, it sees us gone and ends, so a call never runs twice. Until the child has
+     * started the call, the server may still refuse it ("R", e.g. the child could not adopt it): exec. */
     struct pollfd pf = {.fd = sock, .events = POLLIN};
     char r[64];
     int t = poll(&pf, 1, ACCEPT_TIMEOUT);
@@ -522,6 +523,8 @@ static void warm(const char *bindir, const char *bundle, const char *applet, int
         ssize_t n = recv(sock, r, sizeof(r), MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
+        if (n >= 1 && r[0] == 'R')
+            goto out;
         if (n == 5 && r[0] == 'X') {
             int status = (unsigned char)r[1] | (unsigned char)r[2] << 8 | (unsigned char)r[3] << 16 |
                          (unsigned char)r[4] << 24;

@@ -242,6 +242,7 @@ class Server:
         signal.signal(signal.SIGINT, lambda *_: self.stop("SIGINT"))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.log(f"serving bundle {self.bundle} for {self.bindir}, key {self.key}")
+        self.rehearsal = self.own_request()
         self.make_spare()
         next_tick = time.monotonic() + TICK
         while not (self.stopping and not self.children and not self.spare):
@@ -437,50 +438,71 @@ class Server:
         return pid, pidfd
 
     def make_spare(self):
-        """Fork the next child ahead of its call (PREFORK): it waits on a private socket for a call the
-        server has checked, then does exactly what a child forked for that call would."""
+        """Fork the next child ahead of its call (PREFORK): it rehearses the adoption (so that the pages
+        an adoption writes are already its own), then waits on a private socket for a call the server has
+        checked, and does exactly what a child forked for that call would."""
         if not PREFORK or self.spare or self.stopping:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
         def body():
             ours.close()
+            os.close(started_r)
+            self.adopt(self.rehearsal, rehearse=True)
             data, fds, flags, _ = socket.recv_fds(theirs, 1 << 20, NFDS + 1, socket.MSG_CMSG_CLOEXEC)
             if not data or len(fds) != NFDS + 1 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                 return
             conn = socket.socket(fileno=fds[-1])
-            self.child(conn, parse_request(data), fds[:-1])
+            self.child(conn, parse_request(data), fds[:-1], started_w)
 
         made = self._spawn(body)
         theirs.close()
+        os.close(started_w)
         if made:
-            self.spare = (made[0], made[1], ours)
+            self.spare = (made[0], made[1], ours, started_r)
         else:
             ours.close()
+            os.close(started_r)
 
     def fork(self, conn, req, fds, t0, data):
+        """Hand the checked call to the spare (or a child forked now). "A" goes to the launcher first,
+        so that its "G" travels while the child adopts the call."""
+        try:
+            conn.send(b"A")
+        except OSError:
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
         made = None
         if self.spare:
-            pid, pidfd, chan = self.spare
+            pid, pidfd, chan, started = self.spare
             self.spare = None
             try:
                 socket.send_fds(chan, [data], fds + [conn.fileno()])
-                made = pid, pidfd
+                made = pid, pidfd, started
             except OSError:  # it cannot take this call: end it now; the call gets a fresh child
                 self.spares_lost += 1
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 self.sel.unregister(pidfd)
                 os.close(pidfd)
+                os.close(started)
             chan.close()
         if made is None:
-            made = self._spawn(lambda: self.child(conn, req, fds))
+            started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            made = self._spawn(lambda: self.child(conn, req, fds, started_w))
+            os.close(started_w)
+            if made:
+                made = made + (started_r,)
+            else:
+                os.close(started_r)
         for fd in fds:
             os.close(fd)
-        if made is None:
-            conn.close()
-            return
-        self.children[made[1]] = (made[0], conn, t0, time.monotonic() - t0)
+        if made is None:  # the call never started: the launcher goes by exec
+            return self.refuse(conn, "fork")
+        self.children[made[1]] = (made[0], conn, t0, time.monotonic() - t0, made[2])
         self.peak_children = max(self.peak_children, len(self.children))
         self.make_spare()
 
@@ -489,20 +511,25 @@ class Server:
         if self.spare and self.spare[1] == pidfd:  # a spare that ended before getting a call
             os.waitpid(self.spare[0], 0)
             self.spare[2].close()
+            os.close(self.spare[3])
             self.spare = None
             os.close(pidfd)
             self.spares_lost += 1
             return
-        pid, conn, t0, tfork = self.children.pop(pidfd)
+        pid, conn, t0, tfork, started = self.children.pop(pidfd)
         os.close(pidfd)
         _, status, ru = os.wait4(pid, 0)
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == CHILD_REFUSED:
-            self.refused["adopt"] = self.refused.get("adopt", 0) + 1
-        else:
-            self.served += 1
-            # Pages the child faulted in (copied on write, or new): an upper bound of its own memory.
-            self.child_rss = (self.child_rss + [(ru.ru_maxrss, ru.ru_minflt * (os.sysconf("SC_PAGE_SIZE") // 1024),
-                                                 tfork * 1000, (time.monotonic() - t0) * 1000)])[-64:]
+        try:
+            ran = os.read(started, 1) == b"S"
+        except BlockingIOError:
+            ran = False
+        os.close(started)
+        if not ran:  # it ended before running the call (no "G", or adoption failed): exec is safe
+            return self.refuse(conn, "adopt")
+        self.served += 1
+        # Pages the child faulted in (copied on write, or new): an upper bound of its own memory.
+        self.child_rss = (self.child_rss + [(ru.ru_maxrss, ru.ru_minflt * (os.sysconf("SC_PAGE_SIZE") // 1024),
+                                             tfork * 1000, (time.monotonic() - t0) * 1000)])[-64:]
         try:
             conn.send(b"X" + struct.pack("<i", status))
         except OSError:
@@ -523,20 +550,40 @@ class Server:
                 "acceptToExitMs": median(3), "stopping": self.stopping}
 
     # ------------------------------------------------------------------------------------ the child
-    def child(self, conn, req, fds):
-        """Become the call: adopt its context, say "A", wait for "G", run it as entry.py would."""
-        libc = self.libc
+    def child(self, conn, req, fds, started):
+        """Become the call: adopt its fds and context, wait for the launcher's "G", say so to the server
+        (the started pipe), run it as entry.py would."""
         c = conn.fileno()
-        signal.set_wakeup_fd(-1)
         # stdin, stdout, stderr and cwd of the caller; nothing else of the server stays open but the
-        # connection (close-on-exec), which tells us when the launcher is gone.
+        # connection (close-on-exec), which tells us when the launcher is gone, and the started pipe.
         for i in range(3):
             os.dup2(fds[i], i, inheritable=True)
         os.fchdir(fds[3])
-        keep = sorted({0, 1, 2, c})
+        keep = sorted({0, 1, 2, c, started})
         for lo, hi in zip(keep, keep[1:] + [1 << 20]):
             if hi > lo + 1:
                 os.closerange(lo + 1, hi)
+        self.adopt(req)
+        conn.setblocking(True)
+        if conn.recv(8) != b"G":
+            return
+        os.write(started, b"S")
+        os.close(started)
+        # The call is ours now. If the launcher dies, the kernel kills us (SIGIO on hang-up, as SIGKILL).
+        fcntl.fcntl(c, F_SETSIG, signal.SIGKILL)
+        fcntl.fcntl(c, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) | os.O_ASYNC)
+        p = select.poll()
+        p.register(c, select.POLLIN | select.POLLHUP | select.POLLRDHUP)
+        if p.poll(0):
+            os._exit(1)  # the launcher went away between "G" and here
+        self.run(sys.argv)  # never returns: ends with os._exit
+
+    def adopt(self, req, rehearse=False):
+        """Take on the call's umask, rlimits, signal dispositions and mask, environment, arguments and
+        stdio objects. A spare first rehearses it with the server's own values (no change, but the
+        memory it writes is then its own: fewer page faults once a call is waiting)."""
+        signal.set_wakeup_fd(-1)
         os.umask(struct.unpack("<I", req["U"][0])[0])
         lims = struct.unpack("<32Q", req["R"][0])
         for r in range(16):
@@ -558,8 +605,8 @@ class Server:
                     signal.signal(sig, want)
             except (OSError, ValueError):
                 pass
-        # environment, as the interpreter builds os.environ at start-up (first of duplicate names wins)
-        # (checked: every entry has a name and "=", no name twice). The C environment gets the same.
+        # environment, as the interpreter builds os.environ at start-up (checked: every entry has a name
+        # and "=", no name twice). The C environment gets the same.
         for k in list(os.environ):
             os.unsetenv(k)
         data = os.environ._data  # bytes -> bytes, exactly what os.environ holds at start-up on POSIX
@@ -571,24 +618,29 @@ class Server:
                 data[k] = v
         time.tzset()
         applet = req["P"][0].decode("utf-8", "surrogateescape")
-        sys.argv = [self.program, applet] + [os.fsdecode(a) for a in req.get("A", ())]
-        _fresh_stdio()
-        libc.c.prctl(PR_SET_NAME, libc.ctypes.c_char_p(applet.encode()[:15]), 0, 0, 0)
+        argv = [self.program, applet] + [os.fsdecode(a) for a in req.get("A", ())]
+        stdio = _fresh_stdio()
+        if rehearse:
+            return
+        sys.argv = argv
+        sys.stdin, sys.stdout, sys.stderr = stdio
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = stdio
+        self.libc.c.prctl(PR_SET_NAME, self.libc.ctypes.c_char_p(applet.encode()[:15]), 0, 0, 0)
         signal.pthread_sigmask(signal.SIG_SETMASK, [s for s in range(1, 65) if blocked >> (s - 1) & 1
                                                     and s not in (signal.SIGKILL, signal.SIGSTOP)])
-        conn.setblocking(True)
-        conn.send(b"A")
-        if conn.recv(8) != b"G":
-            return
-        # The call is ours now. If the launcher dies, the kernel kills us (SIGIO on hang-up, as SIGKILL).
-        fcntl.fcntl(c, F_SETSIG, signal.SIGKILL)
-        fcntl.fcntl(c, fcntl.F_SETOWN, os.getpid())
-        fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) | os.O_ASYNC)
-        p = select.poll()
-        p.register(c, select.POLLIN | select.POLLHUP | select.POLLRDHUP)
-        if p.poll(0):
-            os._exit(1)  # the launcher went away between "G" and here
-        self.run(sys.argv)  # never returns: ends with os._exit
+
+    def own_request(self):
+        """A request made of this server's own state: what a spare rehearses with."""
+        def rec(tag, b):
+            return bytes([ord(tag)]) + struct.pack("<I", len(b)) + b
+        mask = os.umask(0)
+        os.umask(mask)
+        lims = b"".join(struct.pack("<QQ", *(0xFFFFFFFFFFFFFFFF if v == resource.RLIM_INFINITY else v
+                                             for v in resource.getrlimit(r))) for r in range(16))
+        env = [k + b"=" + v for k, v in os.environ._data.items()]
+        return parse_request(b"W" + rec("C", self.ctx) + rec("P", b"loopback") + rec("U", struct.pack("<I", mask))
+                             + rec("R", lims) + rec("M", struct.pack("<Q", 0)) + rec("I", struct.pack("<Q", 0))
+                             + b"".join(rec("E", e) for e in env))
 
 
 def _fresh_stdio():
@@ -602,8 +654,7 @@ def _fresh_stdio():
         buf.raw.name = name
         new.append(io.TextIOWrapper(buf, encoding=old.encoding, errors=old.errors, newline="\n",
                                     line_buffering=old.line_buffering, write_through=old.write_through))
-    sys.stdin, sys.stdout, sys.stderr = new
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = new
+    return new
 
 
 def _ident(st):
