@@ -325,29 +325,33 @@ def _key_of_new_server(bindir, run_first_call):
     return st["key"]
 
 
-@pytest.mark.parametrize("context, reason", [
-    (["ip", "netns", "exec", "{ns}"], "ns-net"),
-    (["unshare", "--mount", "--propagation", "private"], "ns-mnt"),
-    (["unshare", "--uts"], "ns-uts"),
-])
-def test_other_namespace_refused(wbin, make_netns, context, reason):
-    ns = make_netns("warmother")
-    prefix = [a.format(ns=ns) for a in context]
-    # a process that lives in the other netns, as a runtime would: a server alone in its netns ends itself
-    keeper = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "600"])
+@pytest.mark.parametrize("kind, reason", [("net", "ns-net"), ("mnt", "ns-mnt"), ("uts", "ns-uts")])
+def test_other_namespace_refused(wbin, make_netns, kind, reason):
+    # A process that holds the other namespace (as a runtime would live in it), entered by each call.
+    if kind == "net":
+        ns = make_netns("warmother")
+        keeper = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "sleep", "600"])
+    else:
+        keeper = subprocess.Popen(["unshare", f"--{'mount' if kind == 'mnt' else kind}", "sleep", "600"])
+    own = os.stat(f"/proc/self/ns/{kind}").st_ino
+    wait_for(lambda: os.stat(f"/proc/{keeper.pid}/ns/{kind}").st_ino != own and
+             os.readlink(f"/proc/{keeper.pid}/exe").endswith("sleep"), "the namespace holder")
+    prefix = ["nsenter", f"--{'mount' if kind == 'mnt' else kind}=/proc/{keeper.pid}/ns/{kind}"]
     exe = os.path.join(wbin, "loopback")
     env = cni_env("VERSION")
     call = lambda extra={}: subprocess.run(prefix + [exe], env=dict(env, **extra), capture_output=True)  # noqa: E731
-    key = _key_of_new_server(wbin, call)
-    alias = _alias(wbin, key)
     try:
-        before, refusals = served(wbin), refused(wbin, reason)
-        w = call()
-        assert served(wbin) == before and refused(wbin, reason) == refusals + 1
-        c = call(COLD)
-        assert (w.returncode, w.stdout, w.stderr) == (c.returncode, c.stdout, c.stderr)
+        key = _key_of_new_server(wbin, call)
+        alias = _alias(wbin, key)
+        try:
+            before, refusals = served(wbin), refused(wbin, reason)
+            w = call()
+            assert served(wbin) == before and refused(wbin, reason) == refusals + 1
+            c = call(COLD)
+            assert (w.returncode, w.stdout, w.stderr) == (c.returncode, c.stdout, c.stderr)
+        finally:
+            os.unlink(alias)
     finally:
-        os.unlink(alias)
         keeper.kill()
         keeper.wait()
 
