@@ -504,6 +504,7 @@ class Server:
             return self.refuse(conn, "fork")
         self.children[made[1]] = (made[0], conn, t0, time.monotonic() - t0, made[2])
         self.peak_children = max(self.peak_children, len(self.children))
+        # The next spare, at once: the call runs meanwhile (its "G" is still on the way).
         self.make_spare()
 
     def reap(self, pidfd):
@@ -536,6 +537,7 @@ class Server:
             pass
         conn.close()
         self.last = time.monotonic()
+        self.make_spare()  # if the last one could not be made
 
     def status(self):
         def median(i):
@@ -577,6 +579,7 @@ class Server:
         p.register(c, select.POLLIN | select.POLLHUP | select.POLLRDHUP)
         if p.poll(0):
             os._exit(1)  # the launcher went away between "G" and here
+        _report_exit_early(conn)
         self.run(sys.argv)  # never returns: ends with os._exit
 
     def adopt(self, req, rehearse=False):
@@ -641,6 +644,24 @@ class Server:
         return parse_request(b"W" + rec("C", self.ctx) + rec("P", b"loopback") + rec("U", struct.pack("<I", mask))
                              + rec("R", lims) + rec("M", struct.pack("<Q", 0)) + rec("I", struct.pack("<Q", 0))
                              + b"".join(rec("E", e) for e in env))
+
+
+def _report_exit_early(conn):
+    """The call ends in os._exit(code) once its output is flushed (entry.run, skel.main): send the
+    launcher "X" with that status right there, so that it need not wait for this process's teardown and
+    the server's wake-up. (A killed child is still reported by the server; a process forked by the plugin
+    that calls os._exit does not send.)"""
+    real_exit, me, c = os._exit, os.getpid(), conn.fileno()
+
+    def _exit(code):
+        if os.getpid() == me:
+            try:  # disarm the launcher-death SIGKILL first: the launcher ends as soon as it has read this
+                fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) & ~os.O_ASYNC)
+                conn.send(b"X" + struct.pack("<i", (code & 0xFF) << 8))
+            except (OSError, TypeError):
+                pass
+        real_exit(code)
+    os._exit = _exit
 
 
 def _fresh_stdio():
