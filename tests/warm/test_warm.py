@@ -146,6 +146,7 @@ def test_loopback_commands_identical(wbin, make_netns, version):
     ({"cniVersion": "9.9.9", "name": "n", "type": "loopback"}, {}),             # unknown version
     (LOOPBACK, {"CNI_COMMAND": "BOGUS"}),                                       # unknown command
     (LOOPBACK, {"CNI_NETNS": "/run/netns/does-not-exist"}),                     # missing netns
+    (LOOPBACK, {"CNI_NETNS": "/proc/self/ns/net"}),                             # the guard: the caller's own netns
     ("not json", {}),
     (LOOPBACK, {"CNI_COMMAND": None}),                                          # no command: the about text
 ])
