@@ -154,13 +154,13 @@ class Server:
         self.libc = _Libc()
         self.started = time.time()
         self.last = time.monotonic()
-        self.children = {}      # pidfd -> (pid, connection)
+        self.children = {}      # pidfd -> (pid, connection, accepted at, hand-off ms, started pipe)
         self.served = 0
         self.refused = {}
         self.peak_children = 0
-        self.spare = None       # (pid, pidfd, channel) of the pre-forked child
+        self.spare = None       # (pid, pidfd, channel, started pipe) of the pre-forked child
         self.spares_lost = 0
-        self.child_rss = []     # (ru_maxrss KB, faulted-in KB) of the last 64 children
+        self.child_rss = []     # (ru_maxrss KB, faulted-in KB, hand-off ms, accept-to-exit ms), last 64
         self.stopping = None
         self.log_fd = -1
         from skb.applets import APPLETS
@@ -344,7 +344,8 @@ class Server:
             pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             if not select.select([conn], [], [], ACCEPT_WAIT)[0]:
                 return self.refuse(conn, "no-request")
-            data, fds, flags, _ = socket.recv_fds(conn, 1 << 20, NFDS + 1, socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
+            data, fds, flags, _ = socket.recv_fds(conn, 1 << 20, NFDS + 1,
+                                                  socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
         except OSError:
             conn.close()
             for fd in fds:
@@ -547,7 +548,8 @@ class Server:
                 "startedAt": self.started, "idleSeconds": round(time.monotonic() - self.last, 1),
                 "served": self.served, "refused": self.refused, "children": len(self.children),
                 "childPids": sorted(c[0] for c in self.children.values()),
-                "peakChildren": self.peak_children, "prefork": PREFORK, "sparesLost": self.spares_lost, "maxChildren": MAX_CHILDREN, "rssKB": _rss_kb(),
+                "peakChildren": self.peak_children, "prefork": PREFORK, "sparesLost": self.spares_lost,
+                "maxChildren": MAX_CHILDREN, "rssKB": _rss_kb(),
                 "childMaxRssKB": median(0), "childFaultedKB": median(1), "acceptToForkMs": median(2),
                 "acceptToExitMs": median(3), "stopping": self.stopping}
 
