@@ -70,6 +70,7 @@
 #define WARM_DIR "warm"
 #define WARM_OFF ".skb-warm-off"
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
+#define MAX_SERVERS 16      /* no new server while this many sockets are in the dir */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
 
 extern char **environ;
@@ -319,14 +320,35 @@ static int safe_dir(int at, const char *name, mode_t mode, mode_t forbidden)
     return fd;
 }
 
+/* True when the dir holds fewer than MAX_SERVERS sockets (getdents on a dup of the dir fd). */
+static int room_for_a_server(int dir)
+{
+    char b[4096];
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n, socks = 0;
+    long got;
+    if (fd < 0)
+        return 0;
+    while ((got = syscall(SYS_getdents64, fd, b, sizeof(b))) > 0)
+        for (long off = 0; off < got; off += n) {
+            n = *(unsigned short *)(b + off + 16);  /* d_reclen */
+            if (b[off + 18] == 12 /* DT_SOCK */)
+                socks++;
+        }
+    close(fd);
+    return got == 0 && socks < MAX_SERVERS;
+}
+
 /* Start a server for this context, detached (own session, stdio on /dev/null): the caller never waits
- * for it. At most one attempt per SPAWN_EVERY seconds per context (a marker file's mtime). */
+ * for it. At most one attempt per SPAWN_EVERY seconds per context (a marker file's mtime), and none while
+ * MAX_SERVERS are running (callers that make a new namespace per call must not pile servers up). */
 static void spawn(int dir, const char *key, const char *bindir, const char *loader, const char *libpath,
                   const char *program)
 {
     char marker[64] = "";
     struct stat st;
     struct timespec now;
+    if (!room_for_a_server(dir))
+        return;
     cat(marker, sizeof(marker), key, ".spawn", NULL);
     int fd = openat(dir, marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {

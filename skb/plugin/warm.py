@@ -303,24 +303,30 @@ class Server:
             return self.stop("the socket was removed")
         if not self.children and time.monotonic() - self.last > IDLE:
             return self.stop(f"idle for {IDLE:.0f} s")
-        if not self.children and not self._netns_shared():
-            return self.stop("no other process in its network namespace (its context is gone)")
+        if not self.children:
+            alone = self._alone_in()
+            if alone:
+                return self.stop(f"no other process in its {alone} namespace (its context is gone)")
 
-    def _netns_shared(self):
+    def _alone_in(self):
+        """'net' or 'mount' when no process but ours shares that namespace with us (a finished sandbox;
+        a caller such as `ip netns exec` that makes a mount namespace per call), else None."""
         mine = {str(os.getpid())} | {str(c[0]) for c in self.children.values()}
         if self.spare:
             mine.add(str(self.spare[0]))
-        own = self.own_ns["net"]
+        want = {"net": _ident(self.own_ns["net"]), "mnt": _ident(self.own_ns["mnt"])}
         for pid in os.listdir("/proc"):
             if not pid.isdigit() or pid in mine:
                 continue
-            try:
-                st = os.stat(f"/proc/{pid}/ns/net")
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
-                return True
-        return False
+            for kind in list(want):
+                try:
+                    if _ident(os.stat(f"/proc/{pid}/ns/{kind}")) == want[kind]:
+                        del want[kind]
+                except OSError:
+                    continue
+            if not want:
+                return None
+        return "network" if "net" in want else "mount"
 
     def refuse(self, conn, reason, fds=()):
         self.refused[reason] = self.refused.get(reason, 0) + 1

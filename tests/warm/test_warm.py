@@ -489,3 +489,40 @@ def test_warm_stop_and_status(wbin):
     assert r.rc == 0
     wait_for(lambda: (run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION")), servers(wbin))[1],
              "a server again", 60)
+
+
+def test_server_of_a_one_call_mount_namespace_ends(wbin):
+    """A caller that makes a new mount namespace per call (as `ip netns exec` does) gets a server per
+    namespace; each ends once no other process shares its namespace, instead of idling for minutes."""
+    known = {s["pid"] for s in servers(wbin)}
+    for _ in range(2):  # the first call starts a server in its namespace, which then has only it
+        subprocess.run(["unshare", "--mount", os.path.join(wbin, "loopback")], env=cni_env("VERSION"),
+                       capture_output=True, check=True)
+    wait_for(lambda: {s["pid"] for s in servers(wbin)} <= known, "the one-call servers to end")
+
+
+def test_no_new_server_beyond_the_limit(wbin, tmp_path):
+    """With 16 server sockets in the dir, a caller in a new context starts no server (no spawn marker
+    appears) and its call goes by exec."""
+    existing = [n for n in os.listdir(WARM_DIR) if n.endswith(".sock")]
+    dummies = []
+    try:
+        for i in range(max(0, 16 - len(existing))):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.bind(os.path.join(WARM_DIR, f"dummy{i:011d}.sock"))
+            dummies.append(s)
+        markers = {n for n in os.listdir(WARM_DIR) if n.endswith(".spawn")}
+        keeper = subprocess.Popen(["unshare", "--uts", "sleep", "600"])
+        try:
+            wait_for(lambda: os.readlink(f"/proc/{keeper.pid}/exe").endswith("sleep"), "the namespace holder")
+            r = subprocess.run(["nsenter", f"--uts=/proc/{keeper.pid}/ns/uts", os.path.join(wbin, "loopback")],
+                               env=cni_env("VERSION"), capture_output=True)
+        finally:
+            keeper.kill()
+            keeper.wait()
+        assert r.returncode == 0 and json.loads(r.stdout)["cniVersion"]
+        assert {n for n in os.listdir(WARM_DIR) if n.endswith(".spawn")} == markers
+    finally:
+        for s in dummies:
+            os.unlink(s.getsockname())
+            s.close()
