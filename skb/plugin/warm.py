@@ -310,7 +310,8 @@ class Server:
 
     def _alone_in(self):
         """'net' or 'mount' when no process but ours shares that namespace with us (a finished sandbox;
-        a caller such as `ip netns exec` that makes a mount namespace per call), else None."""
+        a caller such as `ip netns exec` that makes a mount namespace per call), else None. Other warm
+        servers and their spares (comm "skb-warm") do not count: two servers must not keep each other."""
         mine = {str(os.getpid())} | {str(c[0]) for c in self.children.values()}
         if self.spare:
             mine.add(str(self.spare[0]))
@@ -321,7 +322,9 @@ class Server:
             for kind in list(want):
                 try:
                     if _ident(os.stat(f"/proc/{pid}/ns/{kind}")) == want[kind]:
-                        del want[kind]
+                        with open(f"/proc/{pid}/comm") as f:
+                            if f.read() != "skb-warm\n":
+                                del want[kind]
                 except OSError:
                     continue
             if not want:

@@ -526,3 +526,24 @@ def test_no_new_server_beyond_the_limit(wbin, tmp_path):
         for s in dummies:
             os.unlink(s.getsockname())
             s.close()
+
+
+def test_servers_do_not_keep_each_other(wbin, tmp_path):
+    """Two servers (two installs) in a namespace that nothing else uses any more both end: neither
+    counts the other as its context's user."""
+    other = install_copy(wbin, str(tmp_path / "bin3"))
+    code = (f"import subprocess, time\n"
+            f"subprocess.run(['mount', '-t', 'tmpfs', '-o', 'mode=0755', 'skb-t', '/run'], check=True)\n"
+            f"for n, b in enumerate(({wbin!r}, {other!r}), 1):\n"
+            f"    for _ in range(300):\n"
+            f"        subprocess.run([b + '/loopback'], env={{'CNI_COMMAND': 'VERSION'}}, capture_output=True)\n"
+            f"        out = subprocess.run([b + '/skb', 'warm', 'status'], capture_output=True, text=True).stdout\n"
+            f"        if out.count(': pid ') >= n:\n"
+            f"            break\n"
+            f"        time.sleep(0.1)\n"
+            f"print(subprocess.run([{wbin!r} + '/skb', 'warm', 'status', '--json'], capture_output=True, text=True).stdout)\n")
+    # a netns, a mount namespace and a /run of their own, left as soon as the script ends
+    p = subprocess.run(["unshare", "--net", "--mount", "/usr/bin/python3", "-c", code], capture_output=True, text=True)
+    pids = [s["pid"] for s in json.loads(p.stdout)]
+    assert len(pids) == 2, p
+    wait_for(lambda: all(pid_gone(pid) for pid in pids), "both servers to end")
