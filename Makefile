@@ -14,7 +14,7 @@ SHELL       := /bin/bash
 PYTHON      := /usr/bin/python3# Debian's interpreter: never a version-manager shim on PATH
 VENV        := .venv
 CNI_BIN_DIR ?= /opt/cni/bin
-VERSION     := $(shell sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml)
+VERSION     := $(shell sed -n 's/^__version__ *= *"\(.*\)"/\1/p' skb/__init__.py)
 TARBALL     := dist/skb-cni-linux-amd64-v$(VERSION).tgz
 WORK        := build/work
 

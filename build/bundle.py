@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -50,8 +49,13 @@ def die(msg):
 # ---------------------------------------------------------------------------------------------- stage
 
 def project_version():
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        return tomllib.load(f)["project"]["version"]
+    """``__version__`` of skb/__init__.py, the one place the version is written, read without importing."""
+    with open(os.path.join(ROOT, "skb", "__init__.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__version__"]:
+            return ast.literal_eval(node.value)
+    die("skb/__init__.py sets no __version__")
 
 
 def applet_names():

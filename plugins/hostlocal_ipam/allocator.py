@@ -40,17 +40,19 @@ def candidates(rset, last):
             return
 
 
-def allocate(store, rset, owner, requested):
+def allocate(store, rset, owner, requested, held=None):
     """The address ``owner`` gets from ``rset``: ``(ip, new, replaced)``; ``new`` is False when it already
     held it; ``replaced`` lists addresses it held in the set that a request supersedes (the caller
-    releases them once the whole ADD succeeded).
+    releases them once the whole ADD succeeded). ``held``: the addresses the owner holds in this set, when
+    the caller already knows them.
 
     - an address requested for this set is reserved (or kept, if the owner holds it already);
     - otherwise an address the owner already holds in this set is returned (a restarted container gets
       its address back instead of the reference's "duplicate allocation is not allowed");
     - otherwise the next free address in round-robin order.
     """
-    held = [ip for ip in store.owned(owner) if rset.range_for(ip) is not None]
+    if held is None:   # the caller may pass what the owner holds in this set (one lookup for all sets)
+        held = [ip for ip in store.owned(owner) if rset.range_for(ip) is not None]
     want = next((ip for ip in requested if rset.range_for(ip) is not None), None)
     if want is not None:
         r = rset.range_for(want)

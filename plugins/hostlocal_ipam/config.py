@@ -66,7 +66,7 @@ class RangeSet:
 
 
 class IPAMConfig:
-    __slots__ = ("name", "range_sets", "routes", "data_dir", "resolv_conf", "requested")
+    __slots__ = ("name", "range_sets", "routes", "data_dir", "resolv_conf", "requested", "_starts", "_spans")
 
     def __init__(self, name, range_sets, routes, data_dir, resolv_conf, requested):
         self.name = name
@@ -75,6 +75,23 @@ class IPAMConfig:
         self.data_dir = data_dir
         self.resolv_conf = resolv_conf
         self.requested = requested
+        self._starts = None
+
+    def range_set_for(self, ip):
+        """The range set with a range holding ``ip``, or None: a bisection over every range (ranges of
+        different sets, and of one set, are disjoint), not a walk over every set."""
+        import bisect
+        if self._starts is None:
+            spans = sorted((r.start.family, r.start.value, r.end.value, rs) for rs in self.range_sets
+                           for r in rs.ranges)
+            self._starts = [(f, v) for f, v, _e, _rs in spans]
+            self._spans = spans
+        i = bisect.bisect_right(self._starts, (ip.family, ip.value)) - 1
+        if i >= 0:
+            family, _start, end, rs = self._spans[i]
+            if family == ip.family and ip.value <= end:
+                return rs
+        return None
 
 
 def _bad(where, what, fix=""):
@@ -147,11 +164,37 @@ def _parse_range_set(obj, index, where):
 
 
 def _no_overlap(ranges):
-    for i, a in enumerate(ranges):
-        for b in ranges[i + 1:]:
-            if a.start.family == b.start.family and a.start.value <= b.end.value and b.start.value <= a.end.value:
-                raise CNIError(INVALID_CONFIG, f"ranges {a.where} ({a}) and {b.where} ({b}) overlap",
-                               "an address must belong to one range only")
+    """No two ranges of a set share an address. Sorted by start, a range overlaps an earlier one exactly
+    when it starts before the furthest end seen so far: n log n (1,500 ranges took seconds pairwise)."""
+    order = sorted(range(len(ranges)), key=lambda i: (ranges[i].start.family, ranges[i].start.value))
+    far = None
+    for i in order:
+        r = ranges[i]
+        if far is not None and far.start.family == r.start.family and r.start.value <= far.end.value:
+            a, b = (far, r) if ranges.index(far) < i else (r, far)
+            raise CNIError(INVALID_CONFIG, f"ranges {a.where} ({a}) and {b.where} ({b}) overlap",
+                           "an address must belong to one range only")
+        if far is None or far.start.family != r.start.family or r.end.value > far.end.value:
+            far = r
+
+
+def _sets_disjoint(range_sets):
+    """No two range sets share an address (their subnets are compared, as in the reference). Subnets are
+    nested or disjoint, so after sorting by (start, widest first) the subnets still open at a subnet's
+    start all contain it: a stack of at most 129 of them replaces the pairwise loop."""
+    items = sorted(((r.subnet.family, r.subnet.network.value, -r.subnet.last.value, rs.index, r)
+                    for rs in range_sets for r in rs.ranges), key=lambda t: t[:4])
+    stack = []      # (family, last value, set index, range), each containing the next one
+    for family, first, neg_last, index, r in items:
+        while stack and (stack[-1][0] != family or stack[-1][1] < first):
+            stack.pop()
+        for _fam, _last, other, ro in stack:
+            if other != index:
+                a, b = sorted((other, index))
+                ra, rb = (ro, r) if other < index else (r, ro)
+                raise CNIError(INVALID_CONFIG, f"range set {range_sets[a].where} overlaps with {range_sets[b].where}",
+                               f"{ra.subnet} and {rb.subnet} share addresses; each range set must be disjoint")
+        stack.append((family, -neg_last, index, r))
 
 
 def _requested(conf, args_raw, where_ipam):
@@ -215,13 +258,7 @@ def parse(conf, args_raw, command):
         raise CNIError(INVALID_CONFIG, "no IP ranges specified",
                        'add "ranges": [[{"subnet": "10.1.0.0/24"}]] (or "subnet") to the ipam object')
     range_sets = [_parse_range_set(rs, i, where) for i, (rs, where) in enumerate(sets)]
-    for i, a in enumerate(range_sets):
-        for b in range_sets[i + 1:]:
-            for ra in a.ranges:
-                for rb in b.ranges:
-                    if ra.subnet.overlaps(rb.subnet):
-                        raise CNIError(INVALID_CONFIG, f"range set {a.where} overlaps with {b.where}",
-                                       f"{ra.subnet} and {rb.subnet} share addresses; each range set must be disjoint")
+    _sets_disjoint(range_sets)
     if conf.cni_version in ("0.1.0", "0.2.0"):
         fams = [rs.family for rs in range_sets]
         if fams.count(4) > 1 or fams.count(6) > 1:

@@ -9,6 +9,7 @@ A drop-in for the reference plugin (same keys, same files, same round-robin orde
 - changes nothing when ADD fails, and survives being killed at any point (see store.py).
 """
 from skb.plugin import skel
+from skb.cni import jsonio
 from skb.cni import netconf as cfg
 from skb.cni.errors import CNIError, INVALID_CONFIG, NOT_AVAILABLE
 
@@ -20,7 +21,7 @@ from skb_plugins.hostlocal_ipam.store import Store
 def cmd_add(args, conf):
     ipc = hcfg.parse(conf, args.args, "ADD")
     dns = hcfg.read_resolv_conf(ipc.resolv_conf) if ipc.resolv_conf else None
-    stray = [ip for ip in ipc.requested if not any(rs.range_for(ip) for rs in ipc.range_sets)]
+    stray = [ip for ip in ipc.requested if ipc.range_set_for(ip) is None]
     if stray:
         raise CNIError(UNAVAILABLE, f"failed to allocate all requested IPs: {', '.join(str(ip) for ip in stray)}",
                        f"requested addresses must lie in a range: {'; '.join(str(rs) for rs in ipc.range_sets)}")
@@ -29,13 +30,22 @@ def cmd_add(args, conf):
     replaced = []
     with Store(ipc.data_dir, ipc.name) as store:
         try:
+            held = {}   # range set index -> what the owner holds there (one pass, not one per set)
+            for ip in store.owned(owner):
+                rset = ipc.range_set_for(ip)
+                if rset is not None:
+                    held.setdefault(rset.index, []).append(ip)
             for rset in ipc.range_sets:
-                ip, new, superseded = allocate(store, rset, owner, ipc.requested)
+                ip, new, superseded = allocate(store, rset, owner, ipc.requested, held.get(rset.index, []))
                 got.append((rset, ip, new))
                 replaced += superseded
             for rset, ip, new in got:
                 if new:
                     store.set_last_reserved(rset.index, ip)
+            # Built (and checked against the config's version) before anything is final: a result that
+            # cannot be written fails the ADD here, with its reservations undone, not after the commit.
+            result = _result(conf, ipc, got, dns)
+            jsonio.dumps(result.to_dict(conf.cni_version)).encode()
             for ip in replaced:  # only now that every range set succeeded
                 store.release(ip, owner)
         except BaseException:
@@ -45,6 +55,10 @@ def cmd_add(args, conf):
             store.commit()
             raise
         store.commit()
+    return result
+
+
+def _result(conf, ipc, got, dns):
     from skb.cni.result import DNS, IPConfig, parse_result, Result  # only ADD builds a result
     ips = []
     for rset, ip, new in got:

@@ -117,11 +117,13 @@ def read_entry(path, limit=_ENTRY_LIMIT):
             return False
         raise
     try:
-        if not _stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not _stat.S_ISREG(st.st_mode):
             return False
+        step = max(st.st_size + 1, 65536)     # the whole file in one read, as a rule
         chunks, left = [], limit
         while left is None or left > 0:
-            chunk = os.read(fd, 65536 if left is None else min(left, 65536))
+            chunk = os.read(fd, step if left is None else min(left, step))
             if not chunk:
                 break
             chunks.append(chunk)

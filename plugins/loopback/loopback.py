@@ -10,6 +10,7 @@ from skb.linux import netns
 from skb.plugin import skel
 from skb.cni.errors import CNIError, INTERNAL
 from skb.linux.netlink import RtNetlink
+from skb.linux.netlink_codec import AF_INET
 from skb.cni.result import IPConfig, Interface, Result, parse_prev_result
 
 _IFF_UP = 0x1
@@ -24,7 +25,7 @@ def _lo_addresses(nl, lo, where):
             raise CNIError(INTERNAL, f'loopback interface found with non-loopback address "{ip}"',
                            f"lo in netns {where} carries {ip}/{a.prefixlen}; only 127.0.0.0/8 and ::1 belong there")
         found.append((a.family, f"{ip}/{a.prefixlen}"))
-    found.sort(key=lambda fa: fa[0] != 2)  # IPv4 first, as the reference reports them
+    found.sort(key=lambda fa: fa[0] != AF_INET)  # IPv4 first, as the reference reports them
     return found
 
 

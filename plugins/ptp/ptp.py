@@ -1,6 +1,6 @@
 """ptp: a veth pair per attachment, routed point-to-point through the host.
 
-Compatible with the reference ptp (reference-plugins.md §4): same config keys, same kernel state, same
+Compatible with the reference ptp (docs/REFERENCE.md#ptp): same config keys, same kernel state, same
 result. The container end is ``CNI_IFNAME``; the host end is ``veth`` + 8 hex digits. The host end
 carries each gateway as a /32 (/128) and a ``scope host`` route to each container address; the
 container keeps its address with the IPAM prefix, but its connected route is replaced by
@@ -47,6 +47,7 @@ answers the container from the gateway address on that same veth. No sysctl is s
 config key for it; tests/integration/test_ptp.py proves kubelet-style probes, pings and pod-to-pod
 traffic under strict rp_filter on the node and in the pods.
 """
+from skb.cni import jsonio
 from skb.cni import netconf as config
 from skb.linux import guard
 from skb.plugin import delegate as ipam
@@ -54,6 +55,7 @@ from skb.linux import netns
 from skb.plugin import skel
 from skb.linux import sysctl
 from skb.cni.addr import Net
+from skb.cni.digest import sha512_hex
 from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 from skb.linux.netlink_codec import IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE
 from skb.linux.netlink import Exists, NotFound, RtNetlink
@@ -115,17 +117,9 @@ def _parse_dns(raw):
     return DNS(fields["nameservers"], fields["domain"], fields["search"], fields["options"])
 
 
-def _hex(text, n):
-    try:
-        from _sha512 import sha512      # Python 3.11 (the C module: hashlib costs ~1 ms more)
-    except ImportError:
-        from _sha2 import sha512        # Python >= 3.12
-    return sha512(text.encode()).hexdigest()[:n]
-
-
 def host_veth_name(network, container_id, ifname):
     """``veth`` + 8 hex digits of a hash of the attachment: DEL can find the host end without the netns."""
-    return "veth" + _hex(f"{network}\0{container_id}\0{ifname}", 8)
+    return "veth" + sha512_hex(f"{network}\0{container_id}\0{ifname}")[:8]
 
 
 TAG_PREFIX = "skb-cni ptp "
@@ -133,7 +127,7 @@ TAG_PREFIX = "skb-cni ptp "
 
 def attachment_tag(network, container_id, ifname):
     """The alias ADD gives the host veth: which attachment it belongs to, whatever its name becomes."""
-    return TAG_PREFIX + _hex(f"{network}\0{container_id}\0{ifname}", 32)
+    return TAG_PREFIX + sha512_hex(f"{network}\0{container_id}\0{ifname}")[:32]
 
 
 def _random_veth_name():
@@ -194,7 +188,8 @@ def cmd_add(args, conf):
         undo = UndoStack()
         try:
             result = _add(args, conf, pc, stdin, ns, undo)
-            result.to_dict(conf.cni_version)  # a result the config's version cannot hold fails here, undone
+            # A result the config's version cannot hold, or that cannot be written, fails here, undone.
+            jsonio.dumps(result.to_dict(conf.cni_version)).encode()
             return result
         except BaseException as e:
             undo.unwind(e)
@@ -420,8 +415,9 @@ class Ownership:
 
 
 def verified_peer(hnl, ns, cont):
-    """The host link that is the container link ``cont``'s veth peer, proven by ifindex and netns id on
-    both sides (ifindexes are per netns); None when its peer is not in this netns."""
+    """The host link that is the container link ``cont``'s veth peer, or None. Proven from the host side:
+    its peer is ifindex ``cont.index`` in the netns whose id (as the host numbers it) is ``ns``'s. An
+    ifindex alone proves nothing: ifindexes are per netns, so every pod's eth0 may be number 2."""
     if cont.kind != "veth" or not cont.link_index or cont.link_netnsid is None:
         return None
     try:

@@ -1,6 +1,6 @@
 """The CNI_* environment: which variables each command needs, their validation, and CNI_ARGS.
 
-The order of checks and the codes follow the Go ``skel`` (reference/cni-spec.md §1.5), because runtimes
+The order of checks and the codes follow the Go ``skel`` (docs/REFERENCE.md#the-order-of-checks), because runtimes
 are tested against Go plugins: an invalid container id or interface name is reported before missing
 variables, and "missing" means unset *or empty* (libcni always sets all six, empty when unused).
 """

@@ -4,6 +4,8 @@ Every failure a plugin reports goes through ``CNIError``: the dispatcher prints 
 stdout (``cniVersion``, ``code``, ``msg``, ``details``) and exits 1. Raise it where the cause is known,
 with a message that names the field, the file or the object, and the fix.
 """
+import errno
+import os
 
 # Codes 0-99 belong to the spec; 8 and 999 are the Go library's, kept because runtimes have seen them.
 INCOMPATIBLE_VERSION = 1
@@ -46,3 +48,10 @@ class CNIError(Exception):
 
     def __repr__(self):
         return f"CNIError({self.code!r}, {self.msg!r}, {self.details!r})"
+
+
+def errno_reason(err):
+    """An errno as the messages word it, the same everywhere (netlink, netns, sysctl):
+    ``permission denied (EACCES)``."""
+    text = os.strerror(err)
+    return f"{text[:1].lower()}{text[1:]} ({errno.errorcode.get(err, err)})"

@@ -4,7 +4,7 @@ Objects in, plain dicts and lists out: ``parse_result`` takes what a JSON decode
 returns what a JSON encoder takes. Loaded on every plugin call, so it imports only ``_socket`` (to check
 and canonicalise addresses) and ``skb.cni.errors``.
 
-The conversion rules are Go's (``pkg/types/{020,040,100}``, see cni-spec.md §3.5). Decisions where the
+The conversion rules are Go's (``pkg/types/{020,040,100}``, see docs/REFERENCE.md#result-conversion). Decisions where the
 spec, Go or our strictness differ:
 
 * One internal shape (1.1.0). 1.0.0 and 1.1.0 share it, as in Go: interface ``mtu``/``socketPath``/``pciID``
@@ -40,7 +40,7 @@ from skb.cni.addr import parse_text as _ip
 from skb.cni.netconf import LATEST, SUPPORTED_VERSIONS  # one list of versions for the suite
 from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
 
-# Go's result packages: a result can be read only by its family's parser (cni-spec.md §3.4).
+# Go's result packages: a result can be read only by its family's parser (docs/REFERENCE.md#version-families).
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",
            "1.0.0": "100", "1.1.0": "100"}
 _FAMILY_MEMBERS = {"020": "0.1.0, 0.2.0", "040": "0.3.0, 0.3.1, 0.4.0", "100": "1.0.0, 1.1.0"}
@@ -53,7 +53,7 @@ _IP_EXAMPLE = '(expected e.g. "10.1.0.1" or "fd00::1")'
 
 
 # ---------------------------------------------------------------------------------------------------
-# versions (cni-spec.md §1.7)
+# versions (docs/REFERENCE.md#version-negotiation)
 
 def parse_version(s):
     """``"1.1"`` -> ``(1, 1, 0)``, as Go's ``version.ParseVersion``: up to three integer parts (optional
@@ -593,7 +593,7 @@ def _parse_100(f, version, where):
 
 
 def _parse_040(f, version, where):
-    # Go reads "ips" for 0.3.0 too; the 0.3.0 text's "ip" is an unknown key (cni-spec.md §3.2).
+    # Go reads "ips" for 0.3.0 too; the 0.3.0 text's "ip" is an unknown key (docs/REFERENCE.md#result-shapes).
     return Result(
         version,
         [_parse_interface(x, f"{where}.interfaces[{i}]", False)
@@ -653,7 +653,7 @@ def _read_version(f, default, where):
 
 def parse_result(obj, version=None, where="result"):
     """A Result from decoded JSON of any supported version. ``version`` (the configuration's) is used when
-    the result has no cniVersion; with neither it is 0.1.0 (cni-spec.md §3.3, §4.1). ``null`` is an empty
+    the result has no cniVersion; with neither it is 0.1.0 (docs/REFERENCE.md#results-without-a-version). ``null`` is an empty
     result. ``where`` prefixes the field paths in error messages. Raises CNIError (6 malformed, 1 version)."""
     if obj is None:
         obj = {}

@@ -9,6 +9,8 @@ loopback's DEL set the node's ``lo`` DOWN exactly that way. So before changing a
 - DEL changes nothing there and succeeds (the runtime's cleanup must not fail on it). DEL also refuses
   to act through a ``/proc/<pid>/...`` path: PID reuse means it cannot be proven to still be the
   container's namespace (runtimes that use that form, like ``ctr``, send DEL with an empty CNI_NETNS).
+  The path is resolved first, as open() would (``..``, symlinks): ``/run/../proc/<pid>/ns/net`` or a
+  symlink to ``/proc/<pid>/ns/net`` is such a path too.
 
 The target is compared by identity (device and inode of the nsfs file) with the plugin's own netns and
 with PID 1's (the node's, when the plugin runs in a runtime's child netns of the node).
@@ -21,7 +23,7 @@ import os
 import sys
 
 from skb.linux import netns
-from skb.cni.errors import CNIError, INVALID_NETNS
+from skb.cni.errors import CNIError, INVALID_ENV, INVALID_NETNS
 
 
 def _ident(path):
@@ -41,8 +43,57 @@ def protected(ns):
     return None
 
 
-def _is_proc_path(path):
-    return path.startswith("/proc/") and not path.startswith(("/proc/self/", "/proc/thread-self/"))
+_MAGIC_LINK_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz_")
+
+
+def _is_magic_target(target):
+    """A /proc magic link's text ("net:[4026531840]", "anon_inode:[eventfd]"): not a path to follow."""
+    kind, sep, rest = target.partition(":")
+    return bool(sep) and bool(kind) and set(kind) <= _MAGIC_LINK_CHARS and rest.startswith("[")
+
+
+def other_process(path):
+    """The PID of another process whose /proc directory ``path`` goes through, resolved as open() would
+    (``..``, ``//`` and symlinks followed, /proc's magic links recognised), or None. Such a path names
+    whatever namespace that PID has *now*: after PID reuse, another one. ``/proc/self`` and
+    ``/proc/thread-self`` resolve to our own PID: None. Also recognised: ``<procfs>/<pid>/ns/net`` of a
+    procfs mounted elsewhere (by its magic link)."""
+    own = str(os.getpid())
+    todo = [c for c in reversed(path.split("/")) if c]
+    if not path.startswith("/"):
+        todo += [c for c in reversed(os.getcwd().split("/")) if c]
+    cur = []
+    hops = 0
+    while todo:
+        c = todo.pop()
+        if c == ".":
+            continue
+        if c == "..":
+            if cur:
+                cur.pop()
+            continue
+        cur.append(c)
+        if len(cur) >= 2 and cur[0] == "proc" and cur[1].isdigit() and cur[1] != own:
+            return int(cur[1])
+        try:
+            target = os.readlink("/" + "/".join(cur))
+        except OSError:
+            continue            # not a symlink (or not there: the rest is taken as written)
+        if _is_magic_target(target):
+            # /proc/<pid>/ns/net or /proc/<pid>/task/<tid>/ns/net, wherever that procfs is mounted
+            if len(cur) >= 3 and cur[-2] == "ns":
+                pid = cur[-5] if len(cur) >= 5 and cur[-4] == "task" else cur[-3]
+                if pid.isdigit() and pid != own:
+                    return int(pid)
+            return None
+        hops += 1
+        if hops > 40:
+            return None         # a symlink loop: open() fails with ELOOP anyway
+        cur.pop()
+        if target.startswith("/"):
+            cur = []
+        todo += [x for x in reversed(target.split("/")) if x]
+    return None
 
 
 def open_target(args):
@@ -52,12 +103,15 @@ def open_target(args):
     DEL: an empty, missing or protected CNI_NETNS, a path that is no longer a netns, or a /proc/<pid>
     path, gives None (do nothing).
     """
+    if "\0" in args.netns:
+        raise CNIError(INVALID_ENV, "invalid CNI_NETNS: it contains a NUL byte",
+                       f"CNI_NETNS {args.netns!r} must be the path of a network namespace")
     if args.command == "DEL":
         if not args.netns:
             return None
-        if _is_proc_path(args.netns) and not args.netns_override:
-            note(f"DEL: not acting through {args.netns}: a /proc/<pid> path may name another namespace "
-                  "once the PID is reused")
+        if not args.netns_override and other_process(args.netns) is not None:
+            note(f"DEL: not acting through {args.netns}: a path through /proc/<pid> may name another namespace "
+                 "once the PID is reused")
             return None
         try:
             ns = netns.NetNS.open(args.netns)

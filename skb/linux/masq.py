@@ -1,7 +1,6 @@
 """ipMasq: masquerade what a container sends beyond its own subnet, with iptables or nftables.
 
-Rules are named and commented exactly as the reference plugins name them (reference-plugins.md §2.5,
-§4.5), so a node can move between Go's ptp and ours in either direction and each cleans up the other's:
+Rules are named and commented exactly as the reference plugins name them (docs/REFERENCE.md#masquerade-names), so a node can move between Go's ptp and ours in either direction and each cleans up the other's:
 
 - iptables (``ipMasqBackend: "iptables"``, the default): per attachment a chain ``CNI-<24 hex of
   sha512(network + containerID)>`` in table nat of iptables (IPv4) and ip6tables (IPv6), holding
@@ -21,6 +20,7 @@ Programs are found on PATH and then in /usr/sbin, /sbin ...; they run in the cal
 import os
 
 from skb.linux import proc
+from skb.cni.digest import sha512_hex
 from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 
 IPTABLES, NFTABLES = "iptables", "nftables"
@@ -31,20 +31,9 @@ _NFT_COMMENT_MAX = 128
 _MCAST = {4: "224.0.0.0/4", 6: "ff00::/8"}
 
 
-def _sha512_hex(text):
-    try:
-        from _sha512 import sha512        # Python 3.11 (the C module: hashlib costs ~1 ms more)
-    except ImportError:
-        try:
-            from _sha2 import sha512      # Python >= 3.12
-        except ImportError:
-            from hashlib import sha512
-    return sha512(text.encode()).hexdigest()
-
-
 def chain_name(network, container_id):
     """``CNI-`` + 24 hex digits: Go's utils.FormatChainName (28 characters, iptables allows 28)."""
-    return "CNI-" + _sha512_hex(network + container_id)[:24]
+    return "CNI-" + sha512_hex(network + container_id)[:24]
 
 
 def _go_quote(s):
@@ -57,11 +46,11 @@ def iptables_comment(network, container_id):
 
 
 def nft_network_hash(network):
-    return _sha512_hex(network)[:16]
+    return sha512_hex(network)[:16]
 
 
 def nft_instance_hash(network, ifname, container_id):
-    return nft_network_hash(network) + "-" + _sha512_hex(f"{ifname}:{container_id}")[:16]
+    return nft_network_hash(network) + "-" + sha512_hex(f"{ifname}:{container_id}")[:16]
 
 
 def nft_comment(network, ifname, container_id):

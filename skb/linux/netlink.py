@@ -16,9 +16,8 @@ objects read back carry text (``Addr.address``, ``Addr.cidr``, ``Route.dst``, ``
 """
 import _socket
 import errno as _errno
-import os
 
-from skb.cni.errors import CNIError, INTERNAL, TRY_AGAIN
+from skb.cni.errors import CNIError, INTERNAL, TRY_AGAIN, errno_reason
 from skb.linux.netlink_codec import (IFA_F_NODAD, IFF_UP, IFLA_EXT_MASK, IFLA_MTU, Link, NETLINK_CAP_ACK,
                                        NETLINK_EXT_ACK, NETLINK_ROUTE, NLMSGERR_ATTR_MSG, NLMSG_DONE,
                                        NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CREATE,
@@ -65,10 +64,6 @@ class _KernelError(Exception):
         self.err, self.text = err, text
 
 
-def _reason(err):
-    text = os.strerror(err)
-    return f"{text[:1].lower()}{text[1:]} ({_errno.errorcode.get(err, err)})"
-
 # --------------------------------------------------------------------------------------------------
 # The client
 
@@ -90,7 +85,7 @@ class RtNetlink:
         try:
             sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, NETLINK_ROUTE)
         except OSError as e:
-            raise CNIError(INTERNAL, f"cannot open a netlink socket in netns {label}: {_reason(e.errno)}") from None
+            raise CNIError(INTERNAL, f"cannot open a netlink socket in netns {label}: {errno_reason(e.errno)}") from None
         for opt in (NETLINK_EXT_ACK, NETLINK_CAP_ACK):
             try:
                 sock.setsockopt(SOL_NETLINK, opt, 1)
@@ -126,14 +121,14 @@ class RtNetlink:
         try:
             self._sock.send(message(kind, flags | NLM_F_REQUEST, seq, payload))
         except OSError as e:
-            raise CNIError(INTERNAL, f"cannot send a netlink request in netns {self.label}: {_reason(e.errno)}") from None
+            raise CNIError(INTERNAL, f"cannot send a netlink request in netns {self.label}: {errno_reason(e.errno)}") from None
         replies, intr = [], False
         buf = self._buf
         while True:
             try:
                 n = self._sock.recv_into(buf, len(buf), _socket.MSG_TRUNC)
             except OSError as e:
-                raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {_reason(e.errno)}") from None
+                raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {errno_reason(e.errno)}") from None
             if n > len(buf):
                 raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
             for rkind, rflags, rseq, body in split_messages(bytes(buf[:n])):
@@ -179,7 +174,7 @@ class RtNetlink:
         '<what> in netns <label>: <reason> (<ERRNO>)'; the kernel's own explanation goes to details."""
         msg = messages.get(e.err) if messages else None
         if not msg:
-            msg = f"{what} in netns {self.label}: {_reason(e.err)}"
+            msg = f"{what} in netns {self.label}: {errno_reason(e.err)}"
         details = f"kernel: {e.text}" if e.text else ""
         cls = Exists if e.err == _errno.EEXIST else NotFound if e.err in _GONE else NetlinkError
         return cls(msg, details, e.err, e.text, subject)

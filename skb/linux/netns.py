@@ -14,7 +14,7 @@ shape this module:
 - The plugin's own netns as ``CNI_NETNS`` (a stale ``/proc/<pid>/ns/net`` after PID reuse, a runtime bug)
   would make the plugin reconfigure the node itself: ``is_own()`` recognises it by identity, and
   ``skb.linux.guard`` (the policy) refuses it *before* anything changes (Go's skel only notices after the
-  damage, §1 of reference-plugins.md).
+  damage: docs/REFERENCE.md#network-namespaces).
 
 Only C modules are imported here: this module is loaded on every plugin call. ``_ctypes`` (for ``setns``
 on Python 3.11, which lacks ``os.setns``) is loaded on the first ``enter()``.
@@ -23,7 +23,8 @@ import errno
 import os
 import sys
 
-from skb.cni.errors import CNIError, INTERNAL, INVALID_ENV, INVALID_NETNS, IO_FAILURE, UNKNOWN_CONTAINER
+from skb.cni.errors import (CNIError, INTERNAL, INVALID_ENV, INVALID_NETNS, IO_FAILURE, UNKNOWN_CONTAINER,
+                            errno_reason)
 
 CLONE_NEWNET = 0x40000000
 NS_GET_NSTYPE = 0xB703             # _IO(0xb7, 0x3): which kind of namespace an nsfs file is
@@ -63,17 +64,19 @@ class NetNS:
         exist, CNIError 4 when it is something else, 5 when we may not open it."""
         if not path:
             raise CNIError(INVALID_ENV, "CNI_NETNS is empty", _VALID)
+        if "\0" in path:
+            raise CNIError(INVALID_ENV, "invalid CNI_NETNS: it contains a NUL byte", _VALID)
         try:
             fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             raise NetNSNotFound(UNKNOWN_CONTAINER, f'network namespace "{path}" does not exist',
                                 "the path is gone: the container (or its namespace) was probably deleted") from None
         except PermissionError as e:
-            raise CNIError(IO_FAILURE, f'cannot open CNI_NETNS "{path}": {_reason(e.errno)}',
+            raise CNIError(IO_FAILURE, f'cannot open CNI_NETNS "{path}": {errno_reason(e.errno)}',
                            "entering a network namespace needs root (CAP_SYS_ADMIN); "
                            "check the plugin runs as root and that no LSM policy denies the path") from None
         except OSError as e:
-            raise CNIError(INVALID_ENV, f'cannot open CNI_NETNS "{path}": {_reason(e.errno)}', _VALID) from None
+            raise CNIError(INVALID_ENV, f'cannot open CNI_NETNS "{path}": {errno_reason(e.errno)}', _VALID) from None
         kind = _ns_kind(fd)
         if kind != "net":
             what = _describe(fd, kind)
@@ -171,7 +174,7 @@ class _Entered:
             if self._opened:
                 self.ns.close()
             code = IO_FAILURE if e.errno == errno.EPERM else INTERNAL
-            raise CNIError(code, f'cannot enter network namespace "{self.ns.path}": {_reason(e.errno)}',
+            raise CNIError(code, f'cannot enter network namespace "{self.ns.path}": {errno_reason(e.errno)}',
                            "setns() needs root (CAP_SYS_ADMIN)") from None
         st = os.fstat(orig)
         _origins.append((st.st_dev, st.st_ino))
@@ -194,7 +197,7 @@ class _Entered:
 
 def _stranded(path, e):
     """Switching back failed: stop the process before it acts on the wrong namespace."""
-    msg = f"cannot switch back from network namespace {path}: {_reason(e.errno)}"
+    msg = f"cannot switch back from network namespace {path}: {errno_reason(e.errno)}"
     details = "the plugin stopped at once rather than go on configuring the wrong namespace; nothing was undone"
     out = '{"code": 999, "msg": "%s", "details": "%s"}\n' % (_json_str(msg), _json_str(details))
     try:
@@ -280,8 +283,3 @@ def _fs_type(dev):
     except OSError:
         pass
     return None
-
-
-def _reason(err):
-    """'permission denied (EACCES)'"""
-    return f"{os.strerror(err)[:1].lower()}{os.strerror(err)[1:]} ({errno.errorcode.get(err, err)})"

@@ -13,7 +13,7 @@ do). So an interface name containing dots (a VLAN ``eth0.100``) must be written 
 import errno
 import os
 
-from skb.cni.errors import CNIError, INTERNAL
+from skb.cni.errors import CNIError, INTERNAL, errno_reason
 
 _ROOT = "/proc/sys/"
 
@@ -70,8 +70,7 @@ class SysctlError(CNIError):
 
 def _error(what, e):
     from skb.linux.netns import current_label
-    text = os.strerror(e.errno)
-    reason = f"{text[:1].lower()}{text[1:]} ({errno.errorcode.get(e.errno, e.errno)})"
+    reason = errno_reason(e.errno)
     hint = ""
     if e.errno == errno.ENOENT:
         hint = "no such sysctl in this netns (a missing interface, or a module not loaded, e.g. ipv6 disabled?)"

@@ -112,7 +112,7 @@ def _cmd_version(opts):
 
 def netns_path(arg):
     """A NETNS argument: a path as given, or a bare name of a namespace in /run/netns."""
-    if "/" not in arg and arg not in (".", "..") and os.path.exists(scratch_netns.path_of(arg)):
+    if scratch_netns.valid_name(arg) and os.path.exists(scratch_netns.path_of(arg)):
         return scratch_netns.path_of(arg)
     return arg
 
@@ -212,7 +212,37 @@ def _cmd_run(opts):
 # ---------------------------------------------------------------------------------------------------
 # netns
 
+def _netns_problem(opts):
+    """Why ``skb netns`` cannot work with these arguments (None when it can): names must be plain file
+    names that are valid UTF-8, and the run dir a directory (when it exists)."""
+    for name in opts.names:
+        if not _utf8(name):
+            return f"netns name {name.encode(errors='surrogateescape')!r} is not valid UTF-8: use a plain name"
+        if not scratch_netns.valid_name(name):
+            return f"invalid netns name {name!r}: use a plain file name (no '/', not '.' or '..', at most 255 bytes)"
+    try:
+        st = os.stat(opts.run_dir)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return f"cannot use --run-dir {opts.run_dir!r}: {getattr(e, 'strerror', None) or e}"
+    if st.st_mode & 0o170000 != 0o040000:
+        return f"--run-dir {opts.run_dir!r} is not a directory: give the directory named namespaces live in"
+    return None
+
+
+def _utf8(text):
+    try:
+        text.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _cmd_netns(opts):
+    problem = _netns_problem(opts)
+    if problem:
+        return fail(f"skb netns {opts.action}", problem, opts)
     try:
         if opts.action == "add":
             for name in opts.names:
@@ -225,6 +255,8 @@ def _cmd_netns(opts):
                 print(name)
     except scratch_netns.NetnsAdminError as e:
         return fail(f"skb netns {opts.action}", str(e), opts)
+    except OSError as e:
+        return fail(f"skb netns {opts.action}", f"{opts.run_dir}: {e.strerror or e}", opts)
     return 0
 
 
@@ -302,6 +334,13 @@ def build_parser():
 
 
 def main(argv):
+    # Names and records may hold bytes that are not UTF-8 (a netns name, a file name in a record):
+    # print them escaped rather than fail on them.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
     parser = build_parser()
     opts = parser.parse_args(argv)
     if not getattr(opts, "func", None):
@@ -309,4 +348,12 @@ def main(argv):
         return 2
     if opts.cmd == "netns" and opts.action in ("add", "del") and not opts.names:
         parser.parse_args(["netns", "--help"])
-    return opts.func(opts)
+    try:
+        return opts.func(opts)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:   # the last resort: one line, never a traceback (SKB_TRACEBACK=1 shows it)
+        if os.environ.get("SKB_TRACEBACK") == "1":
+            raise
+        return fail(f"skb {opts.cmd}", f"internal error: {type(e).__name__}: {e} (this is a bug in skb-cni; "
+                                       "SKB_TRACEBACK=1 shows where)", opts)

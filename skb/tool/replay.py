@@ -25,7 +25,9 @@ import shutil
 
 from skb.tool import libcni
 from skb.tool.libcni import rawexec
+from skb.cni import invoke
 from skb.cni.errors import CNIError
+from skb.linux.files import read_regular
 from skb.linux import netns
 from skb.linux import scratch_netns
 from skb.tool.style import Style
@@ -78,9 +80,21 @@ def parse_text_records(text):
     return records
 
 
+# A debug log bigger than this is not read whole (and /dev/zero never ends).
+MAX_RECORD_FILE = 256 << 20
+_STRING_FIELDS = ("command", "plugin", "stdin", "stdout", "stderr", "time")
+
+
 def read_records(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+    """The records of a debug log, capture or cniOutput file, numbered as ``skb log`` numbers them. The
+    file must be a regular file (a FIFO or a device is refused, never read), at most ``MAX_RECORD_FILE``
+    bytes. A record is untrusted input: ``record_problem`` says whether the selected one can be run."""
+    try:
+        data = read_regular(os.path.abspath(path), "the record file", MAX_RECORD_FILE,
+                            "give a debug log, a captureFile or a cniOutput file")
+    except CNIError as e:
+        raise ReplayError(e.msg) from None
+    text = data.decode("utf-8", errors="replace")
     first = next((line.strip() for line in text.split("\n") if line.strip()), "")
     if first in _TEXT_COMMANDS:
         return parse_text_records(text)
@@ -90,25 +104,57 @@ def read_records(path):
             continue
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             print(f"skb replay: {path}:{n}: not a JSON line, skipped", file=sys.stderr)
             continue
-        if isinstance(rec, dict) and isinstance(rec.get("env"), dict):
-            records.append(rec)
+        if not isinstance(rec, dict):
+            print(f"skb replay: {path}:{n}: not a JSON object, skipped", file=sys.stderr)
+            continue
+        records.append(rec)      # numbered as `skb log` numbers them; checked when selected
     return records
 
 
+def record_problem(rec):
+    """What makes a decoded record unusable (None when nothing does): ``env`` must be an object whose
+    values are strings, the textual fields strings, the exit code an integer."""
+    if not isinstance(rec.get("env"), dict):
+        return '"env" is not an object'
+    for key, value in rec["env"].items():
+        if not isinstance(value, str):
+            return f"env {key} is not a string"
+        try:
+            os.fsencode(key + value)     # what the environment of a process can hold
+        except UnicodeEncodeError:
+            return f"env {key} holds text that is not a file-system string"
+    for key in _STRING_FIELDS:
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            return f'"{key}" is not a string'
+    code = rec.get("exitCode")
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+        return '"exitCode" is not an integer'
+    return None
+
+
+def _command_of(rec):
+    env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
+    return rec.get("command") or env.get("CNI_COMMAND")
+
+
 def select(records, number, command):
-    """The ``number``-th record (1-based; negative counts from the end) among those of ``command``."""
-    pool = [(i, r) for i, r in enumerate(records, 1)
-            if not command or (r.get("command") or r["env"].get("CNI_COMMAND")) == command]
+    """The ``number``-th record (1-based; negative counts from the end) among those of ``command``, as
+    (its number in the file, the record). A record that cannot be run as recorded is refused."""
+    pool = [(i, r) for i, r in enumerate(records, 1) if not command or _command_of(r) == command]
     if not pool:
         raise ReplayError("no record" + (f" of a {command} call" if command else "") + " in the file")
     try:
-        return pool[number - 1 if number > 0 else number]
+        found = pool[number - 1 if number > 0 else number]
     except IndexError:
         raise ReplayError(f"there is no record {number}: the file has {len(pool)}"
                           + (f" {command} records" if command else " records")) from None
+    problem = record_problem(found[1])
+    if problem:
+        raise ReplayError(f"record #{found[0]} cannot be replayed: {problem}")
+    return found
 
 
 def _stdin_type(stdin):
@@ -119,17 +165,46 @@ def _stdin_type(stdin):
     return obj.get("type", "") if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
 
 
+DEFAULT_BIN_DIR = "/opt/cni/bin"
+
+
+def bin_dirs(opts):
+    """The directories a record's plugin may come from: ``--cni-path``, else ``$CNI_PATH``, else this
+    suite's own bin dir and /opt/cni/bin. Never the record's CNI_PATH: a record is untrusted input."""
+    given = opts.cni_path or os.environ.get("CNI_PATH", "")
+    if given:
+        return [d for d in given.split(":") if d]
+    dirs = []
+    if getattr(sys, "frozen", False):   # <bindir>/.skb-<version>-<hash>/skb-cni
+        dirs.append(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    if DEFAULT_BIN_DIR not in dirs:
+        dirs.append(DEFAULT_BIN_DIR)
+    return dirs
+
+
 def choose_plugin(rec, opts):
-    name = opts.plugin or rec.get("plugin") or _stdin_type(rec.get("stdin", ""))
+    """The program to run: ``--plugin`` (the operator's choice: a path, or a name looked up in the bin
+    dirs), else the record's plugin name, else the ``type`` in its stdin. A name from the record must be
+    a bare plugin name found in the bin dirs (as libcni requires); anything else is refused."""
+    if opts.plugin:
+        if "/" in opts.plugin:
+            if not os.path.isfile(opts.plugin):
+                raise ReplayError(f"--plugin {opts.plugin}: no such file")
+            return os.path.abspath(opts.plugin)
+        name, source = opts.plugin, "--plugin"
+    else:
+        name, source = rec.get("plugin") or "", "the record's plugin name"
+        if not name:
+            name, source = _stdin_type(rec.get("stdin") or ""), 'the "type" in the record\'s stdin'
     if not name:
         raise ReplayError("the record names no plugin: give --plugin PATH")
-    if "/" in name:
-        if not os.path.isfile(name):
-            raise ReplayError(f"--plugin {name}: no such file")
-        return os.path.abspath(name)
-    dirs = (opts.cni_path or os.environ.get("CNI_PATH", "") or rec["env"].get("CNI_PATH", "") or "/opt/cni/bin")
+    dirs = bin_dirs(opts)
     try:
-        return libcni.find_in_path(name, [d for d in dirs.split(":") if d])
+        invoke.check_name(name)
+        return libcni.find_in_path(name, dirs)
+    except invoke.PluginNotFound as e:
+        raise ReplayError(f"{source} {name!r} is not a plain plugin name ({e.msg}): refusing to run it; "
+                          "give --plugin PATH to choose the program yourself") from None
     except libcni.LibcniError as e:
         raise ReplayError(f"{e} (give --plugin PATH or --cni-path DIRS)") from None
 
@@ -138,7 +213,7 @@ def _is_netns(path):
     try:
         netns.NetNS.open(path).close()
         return True
-    except CNIError:
+    except (CNIError, OSError, ValueError, UnicodeError):
         return False
 
 
@@ -167,10 +242,17 @@ def _swap(text, old, new):
 def replay(rec, plugin, opts):
     """Run the call; returns a dict describing both outcomes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
-    env.update({k: str(v) for k, v in rec["env"].items() if k.startswith("CNI_")})
+    env.update({k: v for k, v in rec["env"].items() if k.startswith("CNI_") and "\0" not in k + v and "=" not in k})
     command = env.get("CNI_COMMAND", "")
-    if opts.cni_path:
-        env["CNI_PATH"] = opts.cni_path
+    # The plugin may run others (IPAM delegation) from CNI_PATH: the recorded one is kept only when it
+    # names nothing but the bin dirs.
+    dirs = bin_dirs(opts)
+    recorded_path = env.get("CNI_PATH", "")
+    path_note = ""
+    if opts.cni_path or not all(d in dirs for d in recorded_path.split(":") if d):
+        env["CNI_PATH"] = ":".join(dirs)
+        if recorded_path and not opts.cni_path:
+            path_note = f"recorded CNI_PATH {recorded_path} replaced by the bin dirs {env['CNI_PATH']}"
     stdin = rec.get("stdin") or ""
     old_ns = env.get("CNI_NETNS", "")
     scratch = None
@@ -188,7 +270,8 @@ def replay(rec, plugin, opts):
                 + f": ran in scratch netns {scratch}")
     try:
         try:
-            code, stdout, stderr = rawexec.spawn(plugin, [plugin], env, stdin.encode(), opts.timeout)
+            code, stdout, stderr = rawexec.spawn(plugin, [plugin], env, stdin.encode("utf-8", "surrogatepass"),
+                                                 opts.timeout)
             out = {"exitCode": code, "stdout": stdout.decode(errors="replace"),
                    "stderr": stderr.decode(errors="replace")}
         except rawexec.Timeout as e:
@@ -215,7 +298,7 @@ def replay(rec, plugin, opts):
             recorded["stdout"].strip() == out["stdout"].strip()
         same = recorded["exitCode"] == out["exitCode"] and same_out
     return {"command": command, "plugin": plugin, "env": {k: v for k, v in env.items() if k.startswith("CNI_")},
-            "netnsNote": note, "keptNetns": scratch if scratch and opts.keep_netns else "",
+            "netnsNote": note, "pathNote": path_note, "keptNetns": scratch if scratch and opts.keep_netns else "",
             "recorded": recorded, "replayed": out, "same": same}
 
 
@@ -225,8 +308,9 @@ def show(number, rec, outcome, style, width, out):
                      f" at {rec.get('time', '?')}") + f", replayed with {outcome['plugin']}", file=out)
     print(f"  container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
           f"netns={env.get('CNI_NETNS', '')} args={env.get('CNI_ARGS', '')}", file=out)
-    if outcome["netnsNote"]:
-        print(f"  {style.yellow(outcome['netnsNote'])}", file=out)
+    for key in ("netnsNote", "pathNote"):
+        if outcome[key]:
+            print(f"  {style.yellow(outcome[key])}", file=out)
     rec_out, new = outcome["recorded"], outcome["replayed"]
     left = [f"exit {rec_out['exitCode']}"] + _pretty(rec_out["stdout"]) if rec_out else \
         ["(no recorded output: a cniOutput record)"]
@@ -266,10 +350,9 @@ def command(opts):
         records = read_records(opts.file)
         number, rec = select(records, opts.number, opts.command)
         plugin = choose_plugin(rec, opts)
+        # Show what will run before it runs (a record is untrusted input).
+        print(f"skb replay: running {plugin} for record #{number} ({rec.get('command') or '?'})", file=sys.stderr)
         outcome = replay(rec, plugin, opts)
-    except OSError as e:
-        print(f"skb replay: cannot read {opts.file}: {e.strerror}", file=sys.stderr)
-        return 2
     except ReplayError as e:
         print(f"skb replay: {e}", file=sys.stderr)
         return 2

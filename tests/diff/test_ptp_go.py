@@ -132,7 +132,7 @@ def test_our_del_of_a_go_pair_needs_the_cached_result(impls, make_netns, data_di
 
 
 def test_go_leaks_masquerade_without_netns_we_do_not(impls, make_netns, data_dir):
-    """reference-plugins.md §9.3: after `ip netns del`, Go's DEL leaves the chain; ours removes it."""
+    """docs/REFERENCE.md#deleting-twice: after `ip netns del`, Go's DEL leaves the chain; ours removes it."""
     conf = ptp_conf(data_dir, ipMasq=True)
     for name, ptp in impls.items():
         ns = make_netns()

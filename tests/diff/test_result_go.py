@@ -36,7 +36,7 @@ def host_local_add(version, data_dir):
 
 def comparable(obj):
     """libcni <= v1.1 (this host-local) writes "dns": {} in 1.0.0 results too; libcni main and we omit an
-    empty dns in 1.x (cni-spec.md §3.1). Both are valid; compare without it."""
+    empty dns in 1.x (docs/REFERENCE.md#result-shapes). Both are valid; compare without it."""
     if obj["cniVersion"].startswith("1.") and obj.get("dns") == {}:
         obj = {k: v for k, v in obj.items() if k != "dns"}
     return obj

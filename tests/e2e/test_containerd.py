@@ -1,7 +1,7 @@
 """containerd 1.6 runs containers on our installed frozen plugins, inside a sandbox: ``ctr run --cni``
 and the CRI plugin driven over gRPC as kubelet drives it.
 
-What containerd does with them (reference/runtimes.md): ctr ADDs with CNI_NETNS=/proc/<pid>/ns/net and
+What containerd does with them (docs/REFERENCE.md#how-runtimes-call-plugins): ctr ADDs with CNI_NETNS=/proc/<pid>/ns/net and
 DELs with an empty CNI_NETNS; CRI's RunPodSandbox ADDs the pod network and, concurrently, its built-in
 loopback (cniVersion 0.3.1, CNI_IFNAME=lo); StopPodSandbox DELs with the netns path, RemovePodSandbox DELs
 again with CNI_NETNS="".

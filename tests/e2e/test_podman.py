@@ -1,6 +1,6 @@
 """podman 4.3 (CNI backend) runs containers on our installed frozen plugins, inside a sandbox.
 
-What podman does with them (reference/runtimes.md): VERSION on every plugin of every conflist before it
+What podman does with them (docs/REFERENCE.md#how-runtimes-call-plugins): VERSION on every plugin of every conflist before it
 trusts a network, ADD with CNI_IFNAME=eth0 and a /run/netns path, DEL with prevResult on cleanup, and DEL
 at once after a failed ADD.
 """

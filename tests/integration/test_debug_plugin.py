@@ -25,7 +25,7 @@ def conf(version="1.1.0", **extra):
 
 
 def prev_for(version):
-    """A prevResult in ``version``'s own shape (cni-spec.md §3)."""
+    """A prevResult in ``version``'s own shape (docs/REFERENCE.md#result-shapes)."""
     if version in ("0.1.0", "0.2.0"):
         return {"cniVersion": version, "ip4": {"ip": "10.1.0.5/24", "gateway": "10.1.0.1",
                                                "routes": [{"dst": "0.0.0.0/0"}]}, "dns": {"nameservers": ["10.1.0.1"]}}

@@ -75,3 +75,43 @@ def test_del_ignores_proc_pid_paths_and_gone_netns(make_netns, tmp_path):
     (tmp_path / "f").write_text("")
     for gone in ("", "/run/netns/never", str(tmp_path / "f"), str(tmp_path)):
         assert guard.open_target(args("DEL", gone)) is None, gone
+
+
+def test_del_resolves_the_path_before_the_proc_rule(make_netns, tmp_path):
+    """`..`, `//` and symlinks must not hide a /proc/<pid> path from DEL's rule (they did: only the
+    text was looked at). The sleeper's namespace is a real container netns: acting there would work,
+    which is exactly why the rule must see through the spelling."""
+    name = make_netns()
+    sleeper = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "30"])
+    try:
+        import time
+        for _ in range(100):
+            if os.stat(f"/proc/{sleeper.pid}/ns/net").st_ino == os.stat(f"/run/netns/{name}").st_ino:
+                break
+            time.sleep(0.02)
+        pid = sleeper.pid
+        (tmp_path / "link").symlink_to(f"/proc/{pid}/ns/net")
+        (tmp_path / "dirlink").symlink_to(f"/proc/{pid}")
+        (tmp_path / "rel").symlink_to(f"../../../../../../../../proc/{pid}/ns")
+        spellings = [f"/run/../proc/{pid}/ns/net", f"//proc/{pid}/ns/net", f"/proc/./{pid}/ns/net",
+                     f"/proc/self/../{pid}/ns/net", str(tmp_path / "link"), str(tmp_path / "dirlink" / "ns" / "net"),
+                     str(tmp_path / "rel" / "net"), f"/proc/{pid}/task/{pid}/ns/net", f"/proc/{pid}/root/run/netns/{name}"]
+        for path in spellings:
+            assert guard.other_process(path) == pid, path
+            assert guard.open_target(args("DEL", path)) is None, path
+        for own in ("/proc/self/ns/net", "/proc/thread-self/ns/net", f"/proc/{os.getpid()}/ns/net",
+                    f"/run/netns/{name}", f"/run/netns/../netns/{name}"):
+            assert guard.other_process(own) is None, own
+        ns = guard.open_target(args("DEL", f"/run/netns/../netns/{name}"))
+        assert ns is not None
+        ns.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.parametrize("command", ["ADD", "CHECK", "DEL"])
+def test_a_nul_byte_in_cni_netns_is_code_4(command):
+    with pytest.raises(CNIError) as e:
+        guard.open_target(args(command, "/run/netns/x\0y"))
+    assert e.value.code == 4 and "CNI_NETNS" in e.value.msg

@@ -269,3 +269,51 @@ def test_a_nul_byte_in_data_dir_is_code_7(hl):
     for command in ("ADD", "DEL"):
         r = hl(command, ipam={"dataDir": "/tmp/skb\u0000x"})
         assert r.rc == 1 and r.json["code"] == 7 and "dataDir" in r.json["msg"], r
+
+
+def test_1500_range_sets(hl):
+    """One address per range set, in set order, each from its own set; a repeated ADD returns the same;
+    DEL releases every one. (An ADD took 25 s here before the pairwise steps went: no timing asserted.)"""
+    n = 1500
+    ranges = [[{"subnet": f"10.{i // 256}.{i % 256}.0/24"}] for i in range(n)]
+    r = hl("ADD", ipam={"ranges": ranges})
+    assert r.rc == 0, r
+    want = [f"10.{i // 256}.{i % 256}.2/24" for i in range(n)]
+    assert [ip["address"] for ip in r.json["ips"]] == want
+    assert [ip["gateway"] for ip in r.json["ips"]] == [f"10.{i // 256}.{i % 256}.1" for i in range(n)]
+    on_disk = [f for f in files(hl.dir) if not f.startswith(("last_reserved", "lock"))]
+    assert sorted(on_disk) == sorted(a.split("/")[0] for a in want)
+    assert all((hl.dir / f).read_bytes() == b"c1\r\neth0" for f in on_disk)
+    assert (hl.dir / "last_reserved_ip.1499").read_bytes() == b"10.5.219.2"
+    again = hl("ADD", ipam={"ranges": ranges})
+    assert again.rc == 0 and again.json["ips"] == r.json["ips"]
+    assert hl("DEL", ipam={"ranges": ranges}).rc == 0
+    assert [f for f in files(hl.dir) if not f.startswith(("last_reserved", "lock"))] == []
+
+
+def test_a_result_that_cannot_be_built_fails_the_add_with_nothing_reserved(hl):
+    """A route the config check lets through but the result rejects failed the ADD after the commit,
+    leaving a reservation no runtime knows about. Now the result is built before anything is final."""
+    for route in ({"dst": "0.0.0.0/0", "priority": "high"}, {"dst": "0.0.0.0/0", "mtu": "x"}):
+        r = hl("ADD", ipam={"routes": [route]})
+        assert r.rc == 1 and r.json["code"] != 999, r
+        assert [f for f in files(hl.dir) if f[0].isdigit()] == [], r
+
+
+from tests.unit.test_hostlocal_store import tmpfs_dir  # noqa: E402,F401  (the fixture)
+
+
+def test_index_survives_foreign_changes_on_tmpfs(hl, tmpfs_dir):
+    """The same, with the store on tmpfs (Debian 13's /tmp, every /run), where the directory's mtime comes
+    from a coarse clock; the unlink and the create follow the ADD at once, repeatedly."""
+    ipam = {"dataDir": tmpfs_dir}
+    d = os.path.join(tmpfs_dir, "net1")
+    for i in range(20):
+        first = hl("ADD", cid="a", ipam=ipam).json["ips"][0]["address"].split("/")[0]
+        os.unlink(os.path.join(d, first))
+        with open(os.path.join(d, "10.1.0.240"), "wb") as f:
+            f.write(b"a\r\neth0")
+        r = hl("ADD", cid="a", ipam=ipam)
+        assert r.json["ips"][0]["address"] == "10.1.0.240/24", (i, r)
+        assert hl("DEL", cid="a", ipam=ipam).rc == 0
+        assert [n for n in os.listdir(d) if n[0].isdigit()] == [], i

@@ -24,7 +24,7 @@ def conf(version="1.0.0", **extra):
 
 
 def expected(version, netns):
-    """The result for a fresh lo, written from the spec's result shapes (cni-spec.md §3)."""
+    """The result for a fresh lo, written from the spec's result shapes (docs/REFERENCE.md#result-shapes)."""
     if version in ("0.1.0", "0.2.0"):
         return {"cniVersion": version, "ip4": {"ip": V4}, "ip6": {"ip": V6}, "dns": {}}
     ips = [{"interface": 0, "address": V4}, {"interface": 0, "address": V6}]

@@ -374,7 +374,7 @@ def test_ipmasq_rules_like_the_reference(ours, make_netns, data_dir, backend):
     r = ours.add(conf, nspath(ns), containerid="ctr1")
     assert r.rc == 0, r
     c = 'name: \\"sbxnet\\" id: \\"ctr1\\"'
-    chain = "CNI-bd8c5e22087bfc0fc5f2b8fa"  # the reference's name for (sbxnet, ctr1), reference-plugins.md §2.5
+    chain = "CNI-bd8c5e22087bfc0fc5f2b8fa"  # the reference's name for (sbxnet, ctr1), docs/REFERENCE.md#masquerade-names
     if backend == "iptables":
         assert masq_chain_rules() == sorted([
             f"iptables-save: :{chain} - [0:0]",

@@ -102,7 +102,7 @@ def test_address_in_use_on_the_host(ptp, make_netns, data_dir):
 
 
 def test_second_attachment_with_the_same_gateway(ptp, make_netns, data_dir):
-    """The reference's observed leak (§9.4): eth1 with the same gateway fails on the gateway route and
+    """The reference's observed leak (docs/REFERENCE.md#ptp): eth1 with the same gateway fails on the gateway route and
     leaves eth1, its address and a default route in the pod. Here eth1 goes away, eth0 stays intact."""
     ns = make_netns()
     conf = ptp_conf(data_dir)

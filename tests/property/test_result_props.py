@@ -4,7 +4,7 @@
    CNIError carrying a spec code and a message: never any other exception.
 2. Every valid Result converts to every version, or fails with the documented "no valid IP addresses".
 3. to_dict(v) -> parse -> to_dict(v) is a fixed point for every v, and the output is plain JSON.
-4. Down-converting then reading back loses exactly what cni-spec.md §3.5 says (a model written here).
+4. Down-converting then reading back loses exactly what docs/REFERENCE.md#result-conversion says (a model written here).
 Addresses are also checked against CPython's ipaddress (RFC 5952 text, like Go's) as an independent oracle.
 """
 import ipaddress
@@ -219,7 +219,7 @@ def test_1_1_0_is_lossless(result):
 
 
 # ---------------------------------------------------------------------------------------------------
-# 4. what a trip through an older version loses (cni-spec.md §3.5), as an independent model
+# 4. what a trip through an older version loses (docs/REFERENCE.md#result-conversion), as an independent model
 
 def expected_after(result, version):
     """The Result that reading ``result.to_dict(version)`` back should give, modelled from the rules."""

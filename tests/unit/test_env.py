@@ -1,4 +1,4 @@
-"""CNI_* validation: order, codes and messages of Go's skel (cni-spec.md §1.3-1.6)."""
+"""CNI_* validation: order, codes and messages of Go's skel (docs/REFERENCE.md#the-execution-protocol)."""
 import pytest
 
 from skb.cni import env

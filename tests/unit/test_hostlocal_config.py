@@ -93,3 +93,38 @@ def test_resolv_conf(tmp_path):
                                              "search": ["a.example", "b.example"], "options": ["ndots:2", "timeout:1"]}
     with pytest.raises(CNIError, match="cannot read ipam.resolvConf"):
         hcfg.read_resolv_conf(str(tmp_path / "nope"))
+
+
+def _sets(n):
+    return [[{"subnet": f"10.{i // 256}.{i % 256}.0/24"}] for i in range(n)]
+
+
+@pytest.mark.parametrize("a, b, inner", [(0, 1499, "10.0.0.128/25"), (700, 3, "10.2.188.0/26"),
+                                          (1499, 1500, "10.5.219.0/24")])
+def test_overlap_among_1500_range_sets_is_found_and_named(a, b, inner):
+    """The pairwise check took seconds with 1,500 sets; its replacement must still find every overlap:
+    the nested subnet may sit in any set, before or after the one it overlaps."""
+    sets = _sets(1500)
+    sets.append([{"subnet": "172.16.0.0/24"}])
+    sets[b] = [{"subnet": inner}] if b < 1500 else [{"subnet": "10.5.219.0/24"}]
+    sets[a] = sets[a] if a != 1499 else [{"subnet": "10.5.219.0/24"}]
+    e = err({"ranges": sets})
+    lo, hi = sorted((a, b))
+    assert e.code == 7 and f"range set ipam.ranges[{lo}] overlaps with ipam.ranges[{hi}]" in e.msg, e.msg
+
+
+def test_overlap_within_one_set_of_many_ranges():
+    ranges = [{"subnet": "10.0.0.0/16", "rangeStart": f"10.0.{i}.10", "rangeEnd": f"10.0.{i}.20"} for i in range(255)]
+    assert len(parse({"ranges": [ranges]}).range_sets[0].ranges) == 255
+    ranges[200] = {"subnet": "10.0.0.0/16", "rangeStart": "10.0.7.15", "rangeEnd": "10.0.7.30"}
+    e = err({"ranges": [ranges]})
+    assert "ranges ipam.ranges[0][7] (10.0.7.10-10.0.7.20) and ipam.ranges[0][200] (10.0.7.15-10.0.7.30) overlap" in e.msg
+
+
+def test_range_set_lookup_with_1500_sets():
+    from skb.cni.addr import IP
+    ipc = parse({"ranges": _sets(1500) + [[{"subnet": "fd00::/64"}]]})
+    for i in (0, 1, 777, 1499):
+        assert ipc.range_set_for(IP.parse(f"10.{i // 256}.{i % 256}.9")).index == i
+    assert ipc.range_set_for(IP.parse("fd00::5")).index == 1500
+    assert ipc.range_set_for(IP.parse("10.5.220.1")) is None and ipc.range_set_for(IP.parse("10.0.0.255")) is None

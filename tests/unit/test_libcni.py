@@ -1,5 +1,5 @@
 """skb.tool.libcni in-process: conf dir loading, stdin building, chaining, the cache and GC, against libcni's
-documented behaviour (cni-spec.md §2.4-2.5, §3.9-3.11, §4.3, §5), with a scripted executor."""
+documented behaviour (docs/REFERENCE.md#the-runtime-side-libcni), with a scripted executor."""
 import base64
 import json
 import os
@@ -26,7 +26,7 @@ def clist(name="net", version="1.0.0", plugins=None, **extra):
 
 
 # ---------------------------------------------------------------------------------------------------
-# loading (§5.1)
+# loading (docs/REFERENCE.md#loading-configurations)
 
 def test_conf_files_exact_extensions_sorted_no_dirs(tmp_path):
     for name in ["b.conflist", "a.conflist", "c.conflist.bak", "d.CONFLIST", ".conflist", "x.conf", "y.json"]:
@@ -148,7 +148,7 @@ def test_default_network_files_are_containerds_order(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# finding plugins (§5.3)
+# finding plugins (docs/REFERENCE.md#finding-a-plugin)
 
 def test_find_in_path(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
@@ -510,7 +510,7 @@ def test_raw_exec_against_a_script(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# cnitool's conventions (§6)
+# cnitool's conventions (docs/REFERENCE.md#cnitool)
 
 def test_cnitool_container_id():
     assert libcni.cnitool_container_id("/var/run/netns/cnitest") == "cnitool-20c433bb2b1d6ede56d6"

@@ -1,4 +1,4 @@
-"""skb.linux.masq's names, comments and rule text: the reference's, byte for byte (reference-plugins.md §2.5, §4.5)."""
+"""skb.linux.masq's names, comments and rule text: the reference's, byte for byte (docs/REFERENCE.md#masquerade-names)."""
 import pytest
 
 from skb.linux import masq

@@ -1,6 +1,6 @@
 """skb.cni.result: parsing, conversion and writing of CNI results.
 
-Expected dicts are written from cni-spec.md §3 (and the Go converters it describes), not from our output.
+Expected dicts are written from docs/REFERENCE.md#results (and the Go converters it describes), not from our output.
 """
 import json
 import pickle
@@ -16,7 +16,7 @@ V04 = ("0.3.0", "0.3.1", "0.4.0")
 V02 = ("0.1.0", "0.2.0")
 
 # ---------------------------------------------------------------------------------------------------
-# outputs observed from Go (cni-spec.md), as printed
+# outputs observed from Go (docs/REFERENCE.md#result-shapes), as printed
 
 SPEC_3_1 = """{
     "cniVersion": "1.1.0",
@@ -152,7 +152,7 @@ def test_round_trip_in_the_same_version(version):
 
 
 # ---------------------------------------------------------------------------------------------------
-# conversion rules (cni-spec.md §3.5), from the §3.1 example down to every version
+# conversion rules (docs/REFERENCE.md#result-conversion), from the 1.1.0 example down to every version
 
 SPEC_3_1_AS_04 = {
     # interface mtu, pciID and socketPath lost
@@ -263,7 +263,7 @@ def test_down_to_0_2_without_addresses_fails_with_go_message(version, result):
 
 
 def test_debug_plugin_empty_results_per_version():
-    # cni-spec.md §7.1: an empty result is {"cniVersion":"1.1.0"} for 1.x, {"cniVersion":"0.4.0","dns":{}} for
+    # docs/REFERENCE.md#the-debug-plugin: an empty result is {"cniVersion":"1.1.0"} for 1.x, {"cniVersion":"0.4.0","dns":{}} for
     # 0.3/0.4, and a failure for 0.1/0.2.
     empty = Result()
     assert empty.to_dict() == {"cniVersion": "1.1.0"}
@@ -274,7 +274,7 @@ def test_debug_plugin_empty_results_per_version():
 
 
 def test_0_4_entry_without_version_takes_the_address_family():
-    # Go's loopback writes 0.3.1 results without "version" (reference-plugins.md §3); Go would drop these
+    # Go's loopback writes 0.3.1 results without "version" (docs/REFERENCE.md#loopback); Go would drop these
     # entries when converting to 0.2.0, we keep them by address family.
     result = parse_result({"cniVersion": "0.3.1", "ips": [{"address": "::1/128"}, {"address": "127.0.0.1/8",
                                                                                      "version": ""}]})
@@ -472,7 +472,7 @@ def test_null_fields_are_absent():
 
 
 # ---------------------------------------------------------------------------------------------------
-# cniVersion defaults (§3.3, §3.6, §4.1)
+# cniVersion defaults (docs/REFERENCE.md#results-without-a-version)
 
 def test_missing_version_takes_the_callers_version():
     assert parse_result({"ips": [{"address": "10.0.0.1/8"}]}, "1.0.0").cni_version == "1.0.0"
@@ -613,7 +613,7 @@ def test_constructor_errors_are_code_7_naming_the_field(make, field):
 
 
 # ---------------------------------------------------------------------------------------------------
-# version helpers (§1.7)
+# version helpers (docs/REFERENCE.md#version-negotiation)
 
 @pytest.mark.parametrize("s, expected", [
     ("1.1.0", (1, 1, 0)), ("1.1", (1, 1, 0)), ("1", (1, 0, 0)), ("", (0, 1, 0)), ("0.4.0", (0, 4, 0)),

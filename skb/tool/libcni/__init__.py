@@ -1,14 +1,14 @@
 """libcni, the runtime side of CNI: load network configurations and run them the way runtimes do.
 
 What ``skb add|check|del|status|gc`` and ``skb doctor`` stand on. It follows Go's libcni (main, after
-v1.3.0; cni-spec.md §2.4-2.5, §3.9-3.11, §4.3, §5) because that is what containerd, CRI-O and podman
+v1.3.0; docs/REFERENCE.md#the-runtime-side-libcni) because that is what containerd, CRI-O and podman
 run, so a configuration behaves here as it will on a node:
 
 - loading: ``.conflist`` files first, then the deprecated single configs (``.conf``, ``.json``), each set
   in byte order of the file name; extensions match exactly (``foo.conflist.bak`` is ignored); the first
   file with the wanted ``name`` wins; any file that fails to parse aborts the whole lookup; a single
   config is up-converted to a list; plugin objects from ``<dir>/<network name>/*.conf`` are appended
-  unless ``loadOnlyInlinedPlugins``. Error strings are libcni's (§5.1), except that invalid JSON is
+  unless ``loadOnlyInlinedPlugins``. Error strings are libcni's (docs/REFERENCE.md#loading-configurations), except that invalid JSON is
   located by line and column instead of Go's decoder text.
 - running: each plugin's stdin is its object with ``name``, ``cniVersion``, ``prevResult`` and matching
   ``runtimeConfig`` injected, keys sorted as Go's map encoding writes them; ADD chains results, DEL runs

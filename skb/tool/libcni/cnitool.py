@@ -1,7 +1,7 @@
 """cnitool's conventions: its strict CNI_ARGS parser and its container id."""
-import hashlib
 import os
 
+from skb.cni.digest import sha512_hex
 from skb.cni.invoke import go_quote
 from skb.tool.libcni.errors import LibcniError
 
@@ -25,4 +25,4 @@ def go_abs(path):
 def cnitool_container_id(netns_path):
     """``cnitool-`` + the first 10 bytes of SHA-512 of the absolute netns path, in hex (so ADD and DEL
     with the same path name the same attachment)."""
-    return "cnitool-" + hashlib.sha512(go_abs(netns_path).encode()).hexdigest()[:20]
+    return "cnitool-" + sha512_hex(os.fsencode(go_abs(netns_path)))[:20]

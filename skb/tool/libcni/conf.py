@@ -1,12 +1,14 @@
 """Network configurations as libcni loads them: plugin objects, configuration lists, the conf dir
 (docs/REFERENCE.md#loading-configurations)."""
 import os
+from dataclasses import dataclass, field
 
 from skb.cni import result as cniresult
 from skb.cni.errors import CNIError
 from skb.tool.libcni.errors import LibcniError, NoConfigsFound, NotFound
 from skb.tool.libcni.gojson import _decode, _field, _json_kind, go_marshal, go_type
 from skb.cni import jsonio
+from skb.linux.files import read_regular
 
 CURRENT_VERSION = "1.1.0"        # the spec version this library implements (libcni's version.Current())
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
@@ -38,27 +40,19 @@ class PluginConfig:
         return f"PluginConfig(type={self.type!r})"
 
 
+@dataclass(slots=True)
 class NetworkConfigList:
     """A network (a conflist, or a single config up-converted to one)."""
 
-    __slots__ = ("name", "cni_version", "disable_check", "disable_gc", "load_only_inlined", "plugins",
-                 "bytes", "raw", "source")
-
-    def __init__(self, name, cni_version, disable_check, disable_gc, load_only_inlined, plugins, data, raw,
-                 source=""):
-        self.name = name
-        self.cni_version = cni_version
-        self.disable_check = disable_check
-        self.disable_gc = disable_gc
-        self.load_only_inlined = load_only_inlined
-        self.plugins = plugins
-        self.bytes = data
-        self.raw = raw
-        self.source = source
-
-    def __repr__(self):
-        return (f"NetworkConfigList(name={self.name!r}, cniVersion={self.cni_version!r}, "
-                f"plugins={[p.type for p in self.plugins]!r}, source={self.source!r})")
+    name: str
+    cni_version: str
+    disable_check: bool
+    disable_gc: bool
+    load_only_inlined: bool
+    plugins: list
+    bytes: bytes = field(repr=False)
+    raw: dict = field(repr=False)
+    source: str = ""
 
 
 
@@ -128,7 +122,7 @@ def _read_bool(raw, key):
 
 def conflist_from_bytes(data, source=""):
     """libcni's NetworkConfFromBytes: a conflist, without the plugin objects from the sub-directory.
-    The selected ``cni_version`` follows §2.4 (``cniVersions``: the highest not newer than 1.1.0)."""
+    The selected ``cni_version`` follows docs/REFERENCE.md#loading-configurations (``cniVersions``: the highest not newer than 1.1.0)."""
     data = data.encode() if isinstance(data, str) else bytes(data)
     raw = _decode(data, "error parsing configuration list")
     if raw is None:
@@ -206,12 +200,17 @@ def conf_files(conf_dir, extensions):
             if not e.is_dir(follow_symlinks=False) and go_ext(e.name) in extensions]
 
 
+# A configuration or a cached result larger than this is not one (and /dev/zero never ends).
+MAX_FILE_BYTES = 16 << 20
+
+
 def _read(path):
+    """The bytes of a configuration or cache file, never blocking and bounded: a FIFO, a device or a
+    directory is refused, not opened or read (``skb.linux.files.read_regular``)."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise LibcniError(f"error reading {path}: {os.strerror(e.errno).lower()}") from None
+        return read_regular(os.path.abspath(path), "file", MAX_FILE_BYTES)
+    except CNIError as e:
+        raise LibcniError(f"error reading {path}: {e.msg}") from None
 
 
 def plugin_confs_from_dir(conf_dir, network):
@@ -276,7 +275,7 @@ def load_network(conf_dir, name):
 
 
 def default_network_files(conf_dir):
-    """The files containerd's CRI considers, in the order it loads them (§5.7): ``.conf``,
+    """The files containerd's CRI considers, in the order it loads them (docs/REFERENCE.md#loading-configurations): ``.conf``,
     ``.conflist`` and ``.json`` together, by file name. The first is the pod network."""
     return sorted(conf_files(conf_dir, (".conf", ".conflist", ".json")))
 

@@ -1,12 +1,15 @@
 """Go's JSON encoding and decoder messages, so the bytes handed to plugins and written to the cache match
 libcni's, and type errors read as Go's decoder words them."""
 import json
+import re
 
 from skb.cni import jsonio
 from skb.cni.invoke import go_quote, json_kind as _json_kind
 from skb.tool.libcni.errors import LibcniError
 
 __all__ = ["go_marshal", "go_type", "go_quote", "_json_kind", "_decode", "_field"]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 def _go_numbers(obj):
     # Go decodes every JSON number into float64 and writes integral values without a fraction.
@@ -26,7 +29,11 @@ def go_marshal(obj, sort_keys=True):
     for c, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                    ("\u2029", "\\u2029")):
         text = text.replace(c, esc)
-    return text.encode()
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (a "\ud800" escape, or a non-UTF-8 byte of a file name): Go writes U+FFFD.
+        return _SURROGATE.sub("\ufffd", text).encode()
 
 
 def go_type(v):

@@ -3,6 +3,7 @@ result cache (docs/REFERENCE.md#the-result-cache)."""
 import base64
 import json
 import os
+from dataclasses import dataclass, field
 
 from skb.cni import env as cnienv
 from skb.cni import invoke
@@ -20,40 +21,36 @@ CACHE_KIND = "cniCacheV1"
 VERSION_PROBE_STDIN = b'{"cniVersion":"1.1.0"}'
 
 
+@dataclass(slots=True)
 class RuntimeConf:
-    """What a runtime supplies for one attachment (libcni's RuntimeConf)."""
+    """What a runtime supplies for one attachment (libcni's RuntimeConf). ``args`` are (key, value) pairs."""
 
-    __slots__ = ("container_id", "netns", "ifname", "args", "capability_args")
+    container_id: str = ""
+    netns: str = ""
+    ifname: str = ""
+    args: list = field(default_factory=list)
+    capability_args: dict = field(default_factory=dict)
 
-    def __init__(self, container_id="", netns="", ifname="", args=(), capability_args=None):
-        self.container_id = container_id
-        self.netns = netns
-        self.ifname = ifname
-        self.args = [tuple(kv) for kv in args]
-        self.capability_args = dict(capability_args or {})
+    def __post_init__(self):
+        self.args = [tuple(kv) for kv in self.args]
+        self.capability_args = dict(self.capability_args or {})
 
     def args_string(self):
         return ";".join(f"{k}={v}" for k, v in self.args)
 
 
+@dataclass(slots=True)
 class Attachment:
     """A cached attachment (libcni's NetworkAttachment)."""
 
-    __slots__ = ("container_id", "network", "ifname", "config", "netns", "cni_args", "capability_args", "path")
-
-    def __init__(self, container_id, network, ifname, config, netns, cni_args, capability_args, path):
-        self.container_id = container_id
-        self.network = network
-        self.ifname = ifname
-        self.config = config
-        self.netns = netns
-        self.cni_args = cni_args
-        self.capability_args = capability_args
-        self.path = path
-
-    def __repr__(self):
-        return f"Attachment({self.network!r}, {self.container_id!r}, {self.ifname!r}, netns={self.netns!r})"
-
+    container_id: str
+    network: str
+    ifname: str
+    config: bytes = field(repr=False)
+    netns: str
+    cni_args: list = field(repr=False)
+    capability_args: dict = field(repr=False)
+    path: str = field(repr=False)
 
 
 class CNIConfig:
