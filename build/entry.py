@@ -48,6 +48,7 @@ def run(argv):
 
 
 if len(sys.argv) > 1 and sys.argv[1] == "--warm-serve":
+    from skb.applets import APPLETS
     from skb.plugin.warm import serve
-    serve(sys.argv, run)
+    serve(sys.argv, run, APPLETS)
 run(sys.argv)

@@ -147,7 +147,7 @@ def _first_difference(a, b):
 
 
 class Server:
-    def __init__(self, key, bindir, run):
+    def __init__(self, key, bindir, run, applets):
         self.key, self.bindir, self.run = key, bindir, run
         self.bundle = os.path.dirname(sys._MEIPASS)
         self.program = os.path.join(self.bundle, "skb-cni")
@@ -163,8 +163,7 @@ class Server:
         self.child_rss = []     # (ru_maxrss KB, faulted-in KB, hand-off ms, accept-to-exit ms), last 64
         self.stopping = None
         self.log_fd = -1
-        from skb.applets import APPLETS
-        self.applets = {a: m for a, m in APPLETS.items() if a != "skb"}
+        self.applets = {a: m for a, m in applets.items() if a != "skb"}  # the plugin applets only
 
     # ------------------------------------------------------------------------------------ setup
     def log(self, msg):
@@ -704,11 +703,13 @@ def _rss_kb():
     return 0
 
 
-def serve(argv, run):
-    """``skb-cni --warm-serve KEY BINDIR`` (started by a launcher, detached): serve until told or idle."""
+def serve(argv, run, applets):
+    """``skb-cni --warm-serve KEY BINDIR`` (started by a launcher, detached): serve until told or idle.
+    ``run`` and ``applets`` are the entry's own (build/entry.py): the function that runs a call and the
+    applet table (name -> module), whose plugin modules are imported here, before any call."""
     if len(argv) != 4 or os.getuid() != 0 or len(argv[2]) != 16 or argv[2].strip("0123456789abcdef"):
         os._exit(2)
-    server = Server(argv[2], argv[3], run)
+    server = Server(argv[2], argv[3], run, applets)
     server.pid = os.getpid()
     try:
         why = server.setup()
