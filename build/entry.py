@@ -5,6 +5,9 @@ plugin starts (IPAM plugins, ``ip``) inherit the environment exactly as the runt
 applet dispatcher runs, then the process ends with ``os._exit`` once stdout and stderr are flushed:
 interpreter finalization (module teardown, a last GC) only costs time in a process that ends anyway.
 ``os`` and ``sys`` are already loaded by PyInstaller's bootstrap: no import cost here.
+
+``skb-cni --warm-serve KEY BINDIR`` (started by a launcher, never by hand) is the warm-start server
+(skb/plugin/warm.py); its children run each call through ``run`` below, the same function as here.
 """
 import gc
 import os
@@ -23,20 +26,29 @@ for _name in ("_PYI_ARCHIVE_FILE", "_PYI_PARENT_PROCESS_LEVEL", "_PYI_LINUX_PROC
 sys.path_hooks[:] = [h for h in sys.path_hooks if getattr(h, "__qualname__", "") != "PyiFrozenFinder.path_hook"]
 sys.path_importer_cache.clear()
 
-from skb.applets import main  # noqa: E402  (after the environment is cleaned)
 
-try:
-    _code = main(sys.argv)
-except SystemExit as e:  # argparse --help and friends
-    _code = e.code
-if _code is None:
-    _code = 0
-elif not isinstance(_code, int):  # sys.exit("message") semantics
-    sys.stderr.write(f"{_code}\n")
-    _code = 1
-try:
-    sys.stdout.flush()
-    sys.stderr.flush()
-except Exception:  # a closed or full pipe: the runtime will see the exit code
-    _code = _code or 1
-os._exit(_code & 0xFF)
+def run(argv):
+    """Run one applet call to its end: os._exit with its exit code once stdout and stderr are flushed."""
+    from skb.applets import main
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse --help and friends
+        code = e.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message") semantics
+        sys.stderr.write(f"{code}\n")
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # a closed or full pipe: the runtime will see the exit code
+        code = code or 1
+    os._exit(code & 0xFF)
+
+
+if len(sys.argv) > 1 and sys.argv[1] == "--warm-serve":
+    from skb.applets import APPLETS
+    from skb.plugin.warm import serve
+    serve(sys.argv, run, APPLETS)
+run(sys.argv)

@@ -25,6 +25,7 @@ from skb.tool import libcni
 from skb.tool import replay
 from skb.tool import log
 from skb.tool import explain
+from skb.tool import warm
 
 DEFAULT_CNI_PATH = "/opt/cni/bin"
 
@@ -328,6 +329,7 @@ def build_parser():
     explain.add_parser(sub, raw, parents)
     replay.add_parser(sub, raw, parents)
     install.add_parsers(sub, raw, parents)
+    warm.add_parser(sub, raw, parents)
     return p
 
 

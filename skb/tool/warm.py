@@ -1,0 +1,50 @@
+"""``skb warm status`` and ``skb warm stop``: the warm-start servers of this node (docs/WARM.md)."""
+import json
+
+EPILOG = """\
+A warm-start server is a resident copy of the suite that serves plugin calls by fork, one per runtime
+context (namespaces, cgroup, credentials ...), started by the first plugin call in that context. It exits
+by itself when idle, when the suite is upgraded, or when its context is gone. Turn warm start off with
+SKB_WARM=0 in the runtime's environment or a file .skb-warm-off in the plugin dir.
+
+examples:
+  skb warm status           the servers, calls served and refused (by reason), children, memory
+  skb warm status --json
+  skb warm stop             stop them all (calls in flight finish first)
+"""
+
+
+def add_parser(sub, formatter, parents=()):
+    w = sub.add_parser("warm", help="show or stop the warm-start servers", parents=list(parents),
+                       description="Show or stop the resident warm-start servers of this node.",
+                       epilog=EPILOG, formatter_class=formatter)
+    w.add_argument("action", choices=("status", "stop"))
+    w.add_argument("--json", action="store_true", help="machine-readable output (status)")
+    w.set_defaults(func=command)
+    return w
+
+
+def command(opts):
+    from skb.plugin import warm
+    if opts.action == "stop":
+        stopped = warm.stop_all()
+        print(f"stopped {len(stopped)} warm-start server(s)" + "".join(f"\n  {k} (pid {p})" for k, p in stopped))
+        return 0
+    servers = warm.status_all()
+    if opts.json:
+        print(json.dumps(servers, indent=1, sort_keys=True))
+        return 0
+    if not servers:
+        print(f"no warm-start server running (socket dir {warm.WARM_DIR})")
+        return 0
+    for s in servers:
+        if "error" in s:
+            print(f"{s['key']}: not answering ({s['error']})")
+            continue
+        refused = ", ".join(f"{k} {v}" for k, v in sorted(s["refused"].items())) or "none"
+        print(f"{s['key']}: pid {s['pid']}, bundle {s['bundle']}{' (stopping: ' + s['stopping'] + ')' if s['stopping'] else ''}\n"
+              f"  served {s['served']}, refused {refused}; children {s['children']} now, {s['peakChildren']} at most "
+              f"(cap {s['maxChildren']}); idle {s['idleSeconds']} s\n"
+              f"  server RSS {s['rssKB']} KB; per call (median of the last 64): child peak RSS {s['childMaxRssKB']} KB, "
+              f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit")
+    return 0

@@ -1,0 +1,549 @@
+"""Warm start (docs/WARM.md): calls served by a resident server behave exactly as exec'd ones, and every
+case the server must not serve goes by exec.
+
+Each test module gets its own install of the frozen suite (its own bundle path, so its own servers), and
+stops every server it started. Whether a call was served or went by exec is read from the server's own
+counters (``skb warm status --json``); outcomes are compared with the same call made with SKB_WARM=0,
+and kernel state is read with ``ip -j``.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import time
+
+import pytest
+
+from tests.helpers import cni_env, ip_json, run_plugin
+
+pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WARM_DIR = "/run/skb-cni/warm"
+LOOPBACK = {"cniVersion": "1.0.0", "name": "warm-lo", "type": "loopback"}
+COLD = {"SKB_WARM": "0"}
+
+
+def wait_for(pred, what, limit=30.0):
+    """Poll until pred() is true (a generous limit: this waits for processes, it does not time them)."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def install_copy(src, dest):
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "build", "bundle.py"), "install", src, dest], check=True,
+                   capture_output=True)
+    return dest
+
+
+def servers(bindir):
+    out = subprocess.run([os.path.join(bindir, "skb"), "warm", "status", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    found = {s["pid"]: s for s in json.loads(out) if s.get("binDir") == bindir and not s.get("stopping")}
+    return list(found.values())  # (a test's alias socket name leads to a server twice)
+
+
+def the_server(bindir):
+    return wait_for(lambda: (servers(bindir) or [None])[0], f"a warm server for {bindir}")
+
+
+def served(bindir):
+    return sum(s["served"] for s in servers(bindir))
+
+
+def refused(bindir, reason):
+    return sum(s["refused"].get(reason, 0) for s in servers(bindir))
+
+
+def pid_gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def stop_servers(bindir):
+    """Stop the servers of bindir (only those: other modules' servers are theirs)."""
+    for s in servers(bindir):
+        ask(os.path.join(WARM_DIR, s["key"] + ".sock"), b"Q")
+        wait_for(lambda: pid_gone(s["pid"]), f"server {s['pid']} to end")
+
+
+def ask(path, what):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    try:
+        s.connect(path)
+        s.send(what)
+        return s.recv(1 << 16)
+    except OSError:
+        return b""
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def wbin(tmp_path_factory):
+    """A private install, with its server running (started by a first call, as on a node)."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path_factory.mktemp("warm") / "bin"))
+    run_plugin(os.path.join(bindir, "loopback"), cni_env("VERSION"))
+    the_server(bindir)
+    yield bindir
+    stop_servers(bindir)
+    for name in os.listdir(WARM_DIR) if os.path.isdir(WARM_DIR) else ():
+        if name.endswith(".sock"):  # servers of this install in other contexts (other netns, mount ns)
+            st = json.loads(ask(os.path.join(WARM_DIR, name), b"S") or b"{}")
+            if st.get("binDir") == bindir:
+                ask(os.path.join(WARM_DIR, name), b"Q")
+                wait_for(lambda: pid_gone(st["pid"]), "server to end")
+
+
+def warm_and_cold(exe, env, stdin=b"", bindir=None, expect_warm=True):
+    """The same call with warm start and with SKB_WARM=0: both outcomes, checking which one was served."""
+    before = served(bindir)
+    w = run_plugin(exe, env, stdin)
+    assert served(bindir) == before + (1 if expect_warm else 0), "the warm call was not served as expected"
+    c = run_plugin(exe, dict(env, **COLD), stdin)
+    assert served(bindir) == before + (1 if expect_warm else 0), "SKB_WARM=0 must go by exec"
+    return w, c
+
+
+# ------------------------------------------------------------------------------ same outcome, warm or cold
+
+@pytest.mark.parametrize("version", ["0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+def test_loopback_commands_identical(wbin, make_netns, version):
+    ns = make_netns("warm")
+    exe = os.path.join(wbin, "loopback")
+    conf = dict(LOOPBACK, cniVersion=version)
+    for command in ("ADD", "CHECK", "DEL", "VERSION", "STATUS", "GC"):
+        env = cni_env(command, netns=f"/run/netns/{ns}", ifname="lo")
+        if command == "ADD":
+            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "down"], check=True)
+        before = served(wbin)
+        w = run_plugin(exe, env, conf)
+        assert served(wbin) == before + 1, command
+        state_w = ip_json("link", "show", "lo", netns=ns)[0]["flags"]
+        if command == "ADD":
+            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "down"], check=True)
+        c = run_plugin(exe, dict(env, **COLD), conf)
+        state_c = ip_json("link", "show", "lo", netns=ns)[0]["flags"]
+        assert (w.rc, w.stdout, w.stderr) == (c.rc, c.stdout, c.stderr), command
+        assert state_w == state_c, command
+
+
+@pytest.mark.parametrize("conf, env", [
+    ({"cniVersion": "1.0.0", "type": "loopback"}, {}),                          # no name
+    ({"cniVersion": "9.9.9", "name": "n", "type": "loopback"}, {}),             # unknown version
+    (LOOPBACK, {"CNI_COMMAND": "BOGUS"}),                                       # unknown command
+    (LOOPBACK, {"CNI_NETNS": "/run/netns/does-not-exist"}),                     # missing netns
+    (LOOPBACK, {"CNI_NETNS": "/proc/self/ns/net"}),                             # the guard: the caller's own netns
+    ("not json", {}),
+    (LOOPBACK, {"CNI_COMMAND": None}),                                          # no command: the about text
+])
+def test_errors_identical(wbin, conf, env):
+    base = cni_env("ADD", netns="/run/netns/nope", ifname="lo")
+    base.update({k: v for k, v in env.items() if v is not None})
+    for k, v in env.items():
+        if v is None:
+            base.pop(k)
+    w, c = warm_and_cold(os.path.join(wbin, "loopback"), base, json.dumps(conf) if isinstance(conf, dict) else conf,
+                         bindir=wbin)
+    assert (w.rc, w.stdout, w.stderr) == (c.rc, c.stdout, c.stderr)
+
+
+def _normalise(text):
+    """ptp's host-side veth name and the MACs are random per call: everything else must be equal."""
+    text = re.sub(r"veth[0-9a-f]{8}", "vethX", text)
+    return re.sub(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", "MAC", text)
+
+
+def ptp_conf(tmp, subnet):
+    return {"cniVersion": "1.0.0", "name": "warm-ptp", "type": "ptp",
+            "ipam": {"type": "host-local", "subnet": subnet, "dataDir": str(tmp)}}
+
+
+def test_ptp_hostlocal_identical_and_rollback(wbin, make_netns, tmp_path):
+    exe = os.path.join(wbin, "ptp")
+    outs = {}
+    for mode, extra in (("warm", {}), ("cold", COLD)):
+        ns = make_netns("warmptp")
+        conf = ptp_conf(tmp_path / mode, "10.91.0.0/30")  # two addresses: the gateway and one pod
+        env = cni_env("ADD", containerid="c1", netns=f"/run/netns/{ns}", path=wbin, **extra)
+        before = served(wbin)
+        add = run_plugin(exe, env, conf)
+        assert add.rc == 0, add
+        assert served(wbin) == before + (0 if extra else 1)
+        links = sorted(_normalise(l["ifname"]) for l in ip_json("link", "show", netns=ns))
+        # a second container: the range is exhausted, and the failed ADD must leave nothing behind
+        host_links = {l["ifname"] for l in ip_json("link", "show")}
+        fail = run_plugin(exe, dict(env, CNI_CONTAINERID="c2"), conf)
+        assert fail.rc != 0
+        assert {l["ifname"] for l in ip_json("link", "show")} == host_links
+        dele = run_plugin(exe, dict(env, CNI_COMMAND="DEL"), conf)
+        assert dele.rc == 0, dele
+        outs[mode] = (_normalise(add.stdout).replace(ns, "NS"), links, fail.rc, _normalise(fail.stdout).replace(ns, "NS"),
+                      dele.stdout,
+                      sorted(os.listdir(tmp_path / mode / "warm-ptp")))
+    assert outs["warm"] == outs["cold"]
+
+
+def test_child_context_is_the_exec_context(wbin, make_netns, tmp_path):
+    """What the plugin process is (signal mask, ignored and caught signals, umask, limits, cwd,
+    capabilities) and what its own children inherit (environment), seen from a hook it runs."""
+    ns = make_netns("warmctx")
+    results = {}
+    for mode, extra in (("warm", {}), ("cold", COLD)):
+        out = tmp_path / mode
+        script = ("p=$PPID; grep -E '^(Umask|SigBlk|SigIgn|SigCgt|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
+                  "Seccomp|Cpus_allowed_list|Uid|Gid|Groups):' /proc/$p/status; cat /proc/$p/limits; "
+                  "readlink /proc/$p/cwd /proc/$p/fd/0 /proc/$p/root; stat -L -c %F /proc/$p/fd/1 /proc/$p/fd/2; "
+                  "cat /proc/$p/comm; env | sort | grep -v '^_=' ; umask; ulimit -a")
+        conf = {"cniVersion": "1.0.0", "name": "warm-dbg", "type": "debug", "addHooks": [["sh", "-c", script + f" > {out}"]]}
+        env = cni_env("ADD", netns=f"/run/netns/{ns}", path=wbin, SOME_VAR="x y", **extra)
+        before = served(wbin)
+        # A runtime's quirks, reproduced: a blocked signal, an ignored one, an odd umask and limit, a cwd.
+        def preexec():
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+            os.umask(0o027)
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (777, 4096))
+        with open(tmp_path / "stdin.json", "w") as f:
+            json.dump(conf, f)
+        with open(tmp_path / "stdin.json") as fin:
+            p = subprocess.run([os.path.join(wbin, "debug")], env=env, stdin=fin, capture_output=True,
+                               preexec_fn=preexec, cwd=str(tmp_path))
+        assert p.returncode == 0, p
+        assert served(wbin) == before + (0 if extra else 1)
+        text = out.read_text()
+        results[mode] = (p.stdout, text.replace("SKB_WARM=0\n", ""))
+    assert results["warm"] == results["cold"]
+
+
+# ------------------------------------------------------------------------------ refusals: by exec
+
+def test_opt_out_env_and_file(wbin):
+    exe = os.path.join(wbin, "loopback")
+    env = cni_env("VERSION")
+    before = served(wbin)
+    c = run_plugin(exe, dict(env, SKB_WARM="0"))
+    assert served(wbin) == before
+    off = os.path.join(wbin, ".skb-warm-off")
+    open(off, "w").close()
+    try:
+        f = run_plugin(exe, env)
+        assert served(wbin) == before
+    finally:
+        os.unlink(off)
+    w = run_plugin(exe, env)
+    assert served(wbin) == before + 1
+    assert (c.rc, c.stdout) == (f.rc, f.stdout) == (w.rc, w.stdout)
+
+
+@pytest.mark.parametrize("change", ["mode", "owner", "parent-mode"])
+def test_socket_dir_not_root_only(wbin, change):
+    exe = os.path.join(wbin, "loopback")
+    env = cni_env("VERSION")
+    path = WARM_DIR if change != "parent-mode" else os.path.dirname(WARM_DIR)
+    st = os.stat(path)
+    before = served(wbin)
+    try:
+        if change == "owner":
+            os.chown(path, 1, st.st_gid)
+        else:
+            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o022)
+        r = run_plugin(exe, env)
+    finally:
+        os.chown(path, st.st_uid, st.st_gid)
+        os.chmod(path, stat.S_IMODE(st.st_mode))
+    assert served(wbin) == before
+    assert r.rc == 0 and json.loads(r.stdout)["cniVersion"]
+
+
+@pytest.mark.parametrize("how", ["stdin-closed", "stdin-tty", "not-root"])
+def test_unservable_callers_go_by_exec(wbin, how):
+    exe = os.path.join(wbin, "loopback")
+    env = cni_env("VERSION")
+    outs = []
+    for extra in ({}, COLD):
+        before = served(wbin)
+        kw = {}
+        cmd = [exe]
+        if how == "stdin-closed":
+            kw["stdin"] = None
+            kw["preexec_fn"] = lambda: os.close(0)
+        elif how == "stdin-tty":
+            master, slave = os.openpty()
+            kw["stdin"] = slave
+        else:
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", exe]
+        p = subprocess.run(cmd, env=dict(env, **extra), capture_output=True, **kw)
+        if how == "stdin-tty":
+            os.close(master)
+            os.close(slave)
+        assert served(wbin) == before
+        outs.append((p.returncode, p.stdout, p.stderr))
+    assert outs[0] == outs[1]
+
+
+def _alias(bindir, other_key):
+    """Point the socket name of another context at this install's server: a caller of that context then
+    reaches a server that is not its own, which must refuse it."""
+    srv = the_server(bindir)
+    alias = os.path.join(WARM_DIR, other_key + ".sock")
+    if os.path.lexists(alias):
+        os.unlink(alias)
+    os.link(os.path.join(WARM_DIR, srv["key"] + ".sock"), alias)
+    return alias
+
+
+def _key_of_new_server(bindir, run_first_call):
+    """Make a first call in another context (it starts that context's server) and return that server's
+    key, after stopping it."""
+    known = {s["key"] for s in servers(bindir)}
+    run_first_call()
+
+    def new():
+        for name in os.listdir(WARM_DIR):
+            if name.endswith(".sock") and name[:-5] not in known:
+                st = json.loads(ask(os.path.join(WARM_DIR, name), b"S") or b"{}")
+                if st.get("binDir") == bindir:
+                    return st
+        return None
+    st = wait_for(new, "the other context's server")
+    ask(os.path.join(WARM_DIR, st["key"] + ".sock"), b"Q")
+    wait_for(lambda: pid_gone(st["pid"]), "the other context's server to end")
+    return st["key"]
+
+
+@pytest.mark.parametrize("kind, reason", [("net", "ns-net"), ("mnt", "ns-mnt"), ("uts", "ns-uts")])
+def test_other_namespace_refused(wbin, make_netns, kind, reason):
+    # A process that holds the other namespace (as a runtime would live in it), entered by each call.
+    if kind == "net":
+        ns = make_netns("warmother")
+        keeper = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "sleep", "600"])
+    else:
+        keeper = subprocess.Popen(["unshare", f"--{'mount' if kind == 'mnt' else kind}", "sleep", "600"])
+    own = os.stat(f"/proc/self/ns/{kind}").st_ino
+    wait_for(lambda: os.stat(f"/proc/{keeper.pid}/ns/{kind}").st_ino != own and
+             os.readlink(f"/proc/{keeper.pid}/exe").endswith("sleep"), "the namespace holder")
+    prefix = ["nsenter", f"--{'mount' if kind == 'mnt' else kind}=/proc/{keeper.pid}/ns/{kind}"]
+    exe = os.path.join(wbin, "loopback")
+    env = cni_env("VERSION")
+    call = lambda extra={}: subprocess.run(prefix + [exe], env=dict(env, **extra), capture_output=True)  # noqa: E731
+    try:
+        key = _key_of_new_server(wbin, call)
+        alias = _alias(wbin, key)
+        try:
+            before, refusals = served(wbin), refused(wbin, reason)
+            w = call()
+            assert served(wbin) == before and refused(wbin, reason) == refusals + 1
+            c = call(COLD)
+            assert (w.returncode, w.stdout, w.stderr) == (c.returncode, c.stdout, c.stderr)
+        finally:
+            os.unlink(alias)
+    finally:
+        keeper.kill()
+        keeper.wait()
+
+
+def test_other_bundle_refused(wbin, tmp_path):
+    other = install_copy(wbin, str(tmp_path / "bin2"))  # same build, another install: another bundle path
+    exe = os.path.join(other, "loopback")
+    env = cni_env("VERSION")
+    key = _key_of_new_server(other, lambda: run_plugin(exe, env))
+    alias = _alias(wbin, key)
+    try:
+        before, refusals = served(wbin), refused(wbin, "bundle")
+        w = run_plugin(exe, env)
+        assert served(wbin) == before and refused(wbin, "bundle") == refusals + 1
+        assert (w.rc, w.stdout) == (run_plugin(exe, dict(env, **COLD)).rc, run_plugin(exe, dict(env, **COLD)).stdout)
+    finally:
+        os.unlink(alias)
+        stop_servers(other)
+
+
+def test_request_from_a_non_root_peer_refused(wbin):
+    """The server checks the peer's uid (SO_PEERCRED): a process that reaches the socket without being
+    root (here: root opens the dir, then drops to nobody to connect) is refused."""
+    srv = the_server(wbin)
+    path = os.path.join(WARM_DIR, srv["key"] + ".sock")
+    code = ("import socket, sys\ns = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\ns.connect(sys.argv[1])\n"
+            "s.send(b'W')\nprint(s.recv(100).decode())\n")
+    before = refused(wbin, "uid")
+    # nobody, with just the capability to pass the dir's and the socket's permissions
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+dac_override",
+                        "--ambient-caps=+dac_override", "/usr/bin/python3", "-c", code, path],
+                       capture_output=True, text=True)
+    assert p.stdout.strip() == "Ruid", p
+    assert refused(wbin, "uid") == before + 1
+    assert os.path.exists(path)
+
+
+# ------------------------------------------------------------------------------ failures and lifecycle
+
+def _slow_debug_call(bindir, tmp_path, ms, netns, extra=None, name="slow"):
+    conf = {"cniVersion": "1.0.0", "name": "warm-slow", "type": "debug", "inject": {"ADD": {"delayMs": ms}}}
+    with open(tmp_path / f"{name}.json", "w") as f:
+        json.dump(conf, f)
+    fin = open(tmp_path / f"{name}.json")
+    env = cni_env("ADD", netns=f"/run/netns/{netns}", containerid=name, path=bindir, **(extra or {}))
+    return subprocess.Popen([os.path.join(bindir, "debug")], env=env, stdin=fin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def test_launcher_killed_mid_call_kills_the_child(wbin, tmp_path, make_netns):
+    srv = the_server(wbin)
+    p = _slow_debug_call(wbin, tmp_path, 60000, make_netns("warmslow"))
+    child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+    p.kill()
+    p.wait()
+    wait_for(lambda: pid_gone(child), "the child to die with its launcher")
+    wait_for(lambda: servers(wbin)[0]["children"] == 0, "the server to reap it")
+    assert the_server(wbin)["pid"] == srv["pid"]
+
+
+def test_server_killed_mid_call_and_idle(wbin, tmp_path, make_netns):
+    srv = the_server(wbin)
+    p = _slow_debug_call(wbin, tmp_path, 60000, make_netns("warmslow"))
+    child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+    os.kill(srv["pid"], signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1
+    error = json.loads(out)
+    assert error["code"] == 999 and "warm server ended during the call" in error["msg"]
+    wait_for(lambda: pid_gone(child), "the child to die with its server")
+    # the next calls: by exec (stale socket), and a new server takes over
+    env = cni_env("VERSION")
+    r = run_plugin(os.path.join(wbin, "loopback"), env)
+    assert r.rc == 0 and json.loads(r.stdout)["cniVersion"]
+    new = wait_for(lambda: (run_plugin(os.path.join(wbin, "loopback"), env), servers(wbin))[1], "a new server", 60)
+    # killed while idle: the next call still succeeds
+    os.kill(new[0]["pid"], signal.SIGKILL)
+    wait_for(lambda: pid_gone(new[0]["pid"]), "the server to die")
+    r2 = run_plugin(os.path.join(wbin, "loopback"), env)
+    assert (r2.rc, r2.stdout) == (r.rc, r.stdout)
+    wait_for(lambda: (run_plugin(os.path.join(wbin, "loopback"), env), servers(wbin))[1], "a new server", 60)
+
+
+def test_calls_beyond_the_cap_go_by_exec(wbin, tmp_path, make_netns):
+    srv = the_server(wbin)
+    cap = srv["maxChildren"]
+    busy = refused(wbin, "busy")
+    ns = make_netns("warmcap")
+    procs = [_slow_debug_call(wbin, tmp_path, 4000, ns, name=f"c{i}") for i in range(cap + 4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert len({o for o, _ in outs}) == 1, outs  # every answer the same, served or not
+    assert refused(wbin, "busy") > busy
+
+
+def test_upgrade_stops_the_old_server(wbin, tmp_path):
+    """An install swaps .skb to a new bundle dir: the old server stops serving and exits; the new
+    bundle's calls never reach it."""
+    old = the_server(wbin)
+    link = os.path.join(wbin, ".skb")
+    current = os.readlink(link)
+    new_name = current[:-12] + "0" * 12 if not current.endswith("0" * 12) else current[:-12] + "1" * 12
+    subprocess.run(["cp", "-a", os.path.join(wbin, current), os.path.join(wbin, new_name)], check=True)
+    tmp = link + ".new"
+    os.symlink(new_name, tmp)
+    os.rename(tmp, link)  # what the installer does
+    try:
+        env = cni_env("VERSION")
+        r = run_plugin(os.path.join(wbin, "loopback"), env)
+        assert r.rc == 0
+        wait_for(lambda: pid_gone(old["pid"]), "the old server to exit")
+        new = wait_for(lambda: (run_plugin(os.path.join(wbin, "loopback"), env), servers(wbin))[1], "a new server", 60)
+        assert new[0]["bundle"].endswith(new_name) and new[0]["pid"] != old["pid"]
+    finally:
+        os.symlink(current, tmp)
+        os.rename(tmp, link)
+        for s in servers(wbin):
+            if s["bundle"].endswith(new_name):
+                ask(os.path.join(WARM_DIR, s["key"] + ".sock"), b"Q")
+                wait_for(lambda: pid_gone(s["pid"]), "the new server to end")
+        subprocess.run(["rm", "-rf", os.path.join(wbin, new_name)], check=True)
+    run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION"))
+    wait_for(lambda: (run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION")), servers(wbin))[1],
+             "the server of the original bundle", 60)
+
+
+def test_warm_stop_and_status(wbin):
+    srv = the_server(wbin)
+    out = subprocess.run([os.path.join(wbin, "skb"), "warm", "status"], capture_output=True, text=True, check=True)
+    assert srv["key"] in out.stdout and "served" in out.stdout
+    stop_servers(wbin)
+    assert servers(wbin) == []
+    r = run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION"))
+    assert r.rc == 0
+    wait_for(lambda: (run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION")), servers(wbin))[1],
+             "a server again", 60)
+
+
+def test_server_of_a_one_call_mount_namespace_ends(wbin):
+    """A caller that makes a new mount namespace per call (as `ip netns exec` does) gets a server per
+    namespace; each ends once no other process shares its namespace, instead of idling for minutes."""
+    known = {s["pid"] for s in servers(wbin)}
+    for _ in range(2):  # the first call starts a server in its namespace, which then has only it
+        subprocess.run(["unshare", "--mount", os.path.join(wbin, "loopback")], env=cni_env("VERSION"),
+                       capture_output=True, check=True)
+    wait_for(lambda: {s["pid"] for s in servers(wbin)} <= known, "the one-call servers to end")
+
+
+def test_no_new_server_beyond_the_limit(wbin, tmp_path):
+    """With 16 server sockets in the dir, a caller in a new context starts no server (no spawn marker
+    appears) and its call goes by exec."""
+    existing = [n for n in os.listdir(WARM_DIR) if n.endswith(".sock")]
+    dummies = []
+    try:
+        for i in range(max(0, 16 - len(existing))):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.bind(os.path.join(WARM_DIR, f"dummy{i:011d}.sock"))
+            dummies.append(s)
+        markers = {n for n in os.listdir(WARM_DIR) if n.endswith(".spawn")}
+        keeper = subprocess.Popen(["unshare", "--uts", "sleep", "600"])
+        try:
+            wait_for(lambda: os.readlink(f"/proc/{keeper.pid}/exe").endswith("sleep"), "the namespace holder")
+            r = subprocess.run(["nsenter", f"--uts=/proc/{keeper.pid}/ns/uts", os.path.join(wbin, "loopback")],
+                               env=cni_env("VERSION"), capture_output=True)
+        finally:
+            keeper.kill()
+            keeper.wait()
+        assert r.returncode == 0 and json.loads(r.stdout)["cniVersion"]
+        assert {n for n in os.listdir(WARM_DIR) if n.endswith(".spawn")} == markers
+    finally:
+        for s in dummies:
+            os.unlink(s.getsockname())
+            s.close()
+
+
+def test_servers_do_not_keep_each_other(wbin, tmp_path):
+    """Two servers (two installs) in a namespace that nothing else uses any more both end: neither
+    counts the other as its context's user."""
+    other = install_copy(wbin, str(tmp_path / "bin3"))
+    code = (f"import subprocess, time\n"
+            f"subprocess.run(['mount', '-t', 'tmpfs', '-o', 'mode=0755', 'skb-t', '/run'], check=True)\n"
+            f"for n, b in enumerate(({wbin!r}, {other!r}), 1):\n"
+            f"    for _ in range(300):\n"
+            f"        subprocess.run([b + '/loopback'], env={{'CNI_COMMAND': 'VERSION'}}, capture_output=True)\n"
+            f"        out = subprocess.run([b + '/skb', 'warm', 'status'], capture_output=True, text=True).stdout\n"
+            f"        if out.count(': pid ') >= n:\n"
+            f"            break\n"
+            f"        time.sleep(0.1)\n"
+            f"print(subprocess.run([{wbin!r} + '/skb', 'warm', 'status', '--json'], capture_output=True, text=True).stdout)\n")
+    # a netns, a mount namespace and a /run of their own, left as soon as the script ends
+    p = subprocess.run(["unshare", "--net", "--mount", "/usr/bin/python3", "-c", code], capture_output=True, text=True)
+    pids = [s["pid"] for s in json.loads(p.stdout)]
+    assert len(pids) == 2, p
+    wait_for(lambda: all(pid_gone(pid) for pid in pids), "both servers to end")
