@@ -34,8 +34,8 @@ import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from skb import installer  # noqa: E402  (standard library only, like this script)
-from skb.installer import (BUNDLE_RE, LINK, TMP_PREFIX, launchers, manifest_lines, tree_files,  # noqa: E402,F401
+from skb.install import installer  # noqa: E402  standard library only, like this script
+from skb.install.installer import (BUNDLE_RE, LINK, TMP_PREFIX, launchers, manifest_lines, tree_files,  # noqa: E402,F401
                            verify)
 
 LOADER = "ld-linux-x86-64.so.2"

@@ -7,12 +7,14 @@ chosen applet's module is imported: every import here is paid on every plugin ca
 import sys
 
 APPLETS = {
-    "loopback": "skb_plugins.loopback.plugin",
-    "ptp": "skb_plugins.ptp.plugin",
-    "host-local": "skb_plugins.hostlocal_ipam.plugin",
-    "debug": "skb_plugins.debug.plugin",
-    "skb": "skb.cli",
+    "loopback": "skb_plugins.loopback.loopback",
+    "ptp": "skb_plugins.ptp.ptp",
+    "host-local": "skb_plugins.hostlocal_ipam.hostlocal",
+    "debug": "skb_plugins.debug.debug",
+    "skb": "skb.tool.main",
 }
+# IPAM plugins of this bundle that another plugin of it may run in its own process.
+IN_PROCESS_IPAM = ("host-local",)
 
 
 def _fast_version():
@@ -34,10 +36,15 @@ def main(argv=None):
         # Every plugin gives the same answer: reply before loading any plugin code. podman asks each
         # plugin of each network before every command, so this path is hot. (With SKB_DEBUG_LOG set the
         # call goes through the dispatcher, which records it.)
-        from skb.version import VERSION_REPLY
+        from skb.cni.versions import VERSION_REPLY
         sys.stdout.write(VERSION_REPLY)
         return 0
     module = __import__(APPLETS[name], fromlist=["main"])
+    if name != "skb":
+        # IPAM delegation may run these in-process when CNI_PATH resolves to this very bundle (see
+        # skb.plugin.delegate); the library learns of them here and never imports a plugin itself.
+        from skb.plugin import skel  # already loaded: every plugin module runs through skel
+        skel.IN_PROCESS.update((n, APPLETS[n]) for n in IN_PROCESS_IPAM)
     return module.main(args)
 
 

@@ -5,8 +5,8 @@ Round-robin (as the reference): start just after the range set's last reserved a
 range of the set in order, wrap around, skip each range's gateway, and try the last reserved address
 last. A crash-looping container therefore does not get the same address back until the set wrapped.
 """
-from skb.addr import IP
-from skb.errors import CNIError
+from skb.cni.addr import IP
+from skb.cni.errors import CNIError
 
 NO_ADDRESS = 100        # host-local: every address of a range set is reserved
 UNAVAILABLE = 101       # host-local: a requested address cannot be given

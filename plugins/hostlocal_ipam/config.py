@@ -8,10 +8,10 @@ Stricter than the reference, with messages naming the range: a gateway outside i
 other family, ranges that overlap, a rangeStart after its rangeEnd. Requested addresses come from
 ``CNI_ARGS`` ``IP=``, ``args.cni.ips`` and ``runtimeConfig.ips`` (all honoured, prefixes dropped).
 """
-from skb import config as cfg
-from skb.addr import IP, Net
-from skb.env import parse_cni_args
-from skb.errors import CNIError, INVALID_CONFIG
+from skb.cni import netconf as cfg
+from skb.cni.addr import IP, Net
+from skb.cni.env import parse_cni_args
+from skb.cni.errors import CNIError, INVALID_CONFIG
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 
@@ -194,7 +194,7 @@ def _routes(ipam):
 
 
 def parse(conf, args_raw, command):
-    """Parse ``conf`` (skb.config.NetConf) for ``command``. STATUS and GC have no CNI_ARGS to honour."""
+    """Parse ``conf`` (skb.cni.netconf.NetConf) for ``command``. STATUS and GC have no CNI_ARGS to honour."""
     try:
         ipam = cfg.lookup(conf.raw, "ipam")
     except KeyError:

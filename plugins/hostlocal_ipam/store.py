@@ -33,8 +33,8 @@ import errno
 import fcntl
 import os
 
-from skb.addr import IP
-from skb.errors import CNIError, INTERNAL, IO_FAILURE
+from skb.cni.addr import IP
+from skb.cni.errors import CNIError, INTERNAL, IO_FAILURE
 
 _INDEX = ".skb"
 _MAGIC = b"skb-host-local-index-v2"

@@ -1,4 +1,4 @@
-"""skb.result against Go's result types, with the reference host-local (v1.1.1, spec 0.1.0-1.0.0) as oracle.
+"""skb.cni.result against Go's result types, with the reference host-local (v1.1.1, spec 0.1.0-1.0.0) as oracle.
 
 host-local is pure IPAM: ADD only writes reservation files under ``dataDir`` (a pytest tmp dir here), so no
 network namespace is involved. Each version gets a fresh dataDir, so every run hands out the same
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from skb.result import parse_prev_result, parse_result
+from skb.cni.result import parse_prev_result, parse_result
 from tests.helpers import GO_BIN_DIR
 
 HOST_LOCAL = os.path.join(GO_BIN_DIR, "host-local")

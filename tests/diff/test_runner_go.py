@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from skb import libcni
+from skb.tool import libcni
 from tests.helpers import GO_BIN_DIR, ip_json, link_flags
 
 pytestmark = [pytest.mark.kernel, pytest.mark.gobin]

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from skb import result as cniresult
+from skb.cni import result as cniresult
 from tests.helpers import cni_env, link_flags, run_plugin
 
 VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from skb import libcni
+from skb.tool import libcni
 from tests.helpers import GO_BIN_DIR
 
 HOST_LOCAL_POD = {"type": "host-local", "subnet": "10.66.0.0/24"}

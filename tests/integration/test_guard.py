@@ -1,12 +1,12 @@
-"""The host-netns guard policy (skb.guard), over every path form of the plugin's own netns."""
+"""The host-netns guard policy (skb.linux.guard), over every path form of the plugin's own netns."""
 import os
 import subprocess
 
 import pytest
 
-from skb import guard
-from skb.env import CmdArgs
-from skb.errors import CNIError
+from skb.linux import guard
+from skb.cni.env import CmdArgs
+from skb.cni.errors import CNIError
 
 pytestmark = pytest.mark.kernel
 

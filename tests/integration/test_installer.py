@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from skb import installer
+from skb.install import installer
 from tests.helpers import cni_env, run_plugin
 
 APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")

@@ -1,4 +1,4 @@
-"""IPAM delegation (skb.ipam) as ptp uses it: lookup in CNI_PATH with libcni's rules and texts, the
+"""IPAM delegation (skb.plugin.delegate) as ptp uses it: lookup in CNI_PATH with libcni's rules and texts, the
 caller's environment and unmodified stdin, the delegate's result and errors passed on, and the
 in-process fast path for our own host-local giving exactly what exec gives."""
 import json
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from skb import ipam
-from skb.env import CmdArgs
-from skb.errors import CNIError
+from skb.plugin import delegate as ipam
+from skb.cni.env import CmdArgs
+from skb.cni.errors import CNIError
 from tests.helpers import GO_BIN_DIR
 from tests.integration.ptp_support import Ptp, nspath, ptp_conf, reservations
 
@@ -226,9 +226,9 @@ def _strip(result):
 def test_in_process_and_exec_give_the_same(bin_dir, make_netns, tmp_path, monkeypatch):
     """ptp run in this process through skel.run, its host-local once in-process (what the frozen build
     does for its own host-local) and once exec'd: same results, same files, same errors."""
-    from skb import skel
-    from skb_plugins.hostlocal_ipam.plugin import PLUGIN as HOSTLOCAL
-    from skb_plugins.ptp import plugin as ptp_plugin
+    from skb.plugin import skel
+    from skb_plugins.hostlocal_ipam.hostlocal import PLUGIN as HOSTLOCAL
+    from skb_plugins.ptp import ptp as ptp_plugin
 
     runs = {}
     for mode in ("in-process", "exec"):

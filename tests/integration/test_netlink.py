@@ -1,4 +1,4 @@
-"""skb.netlink against the kernel, in throwaway namespaces inside the sandbox.
+"""skb.linux.netlink against the kernel, in throwaway namespaces inside the sandbox.
 
 Every outcome is read back independently: ``ip -j`` (tests.helpers.ip_json) and, for fields ``ip -j``
 hides (route protocol ``boot``), ``ip``'s own filters or pyroute2.
@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from skb import netlink as nl
-from skb import netns
+from skb.linux import netlink as nl
+from skb.linux import netlink_codec as nlc
+from skb.linux import netns
 from tests.helpers import ip_json
 
 pytestmark = pytest.mark.kernel
@@ -177,14 +178,14 @@ def addr_info(ctr, dev="d0"):
 
 def test_addr_add_list_del_v4_v6(cnl, ctr):
     cnl.addr_add("d0", "10.1.1.5/24")
-    cnl.addr_add("d0", "fd00::5/64", flags=nl.IFA_F_NODAD)
+    cnl.addr_add("d0", "fd00::5/64", flags=nlc.IFA_F_NODAD)
     got = addr_info(ctr)
     v4, v6 = got[("10.1.1.5", 24)], got[("fd00::5", 64)]
     assert v4["family"] == "inet" and v4["broadcast"] == "10.1.1.255" and v4["scope"] == "global"
     assert v6["family"] == "inet6" and v6.get("nodad") is True and not v6.get("tentative")
     listed = {a.cidr for a in cnl.addr_list("d0")}
     assert listed == {f"{a}/{p}" for a, p in got}
-    assert {a.cidr for a in cnl.addr_list("d0", family=nl.AF_INET)} == {"10.1.1.5/24"}
+    assert {a.cidr for a in cnl.addr_list("d0", family=nlc.AF_INET)} == {"10.1.1.5/24"}
     index = cnl.link_get("d0").index
     assert {a.cidr for a in cnl.addr_list(index=index)} == listed
     assert all(a.index == index for a in cnl.addr_list("d0"))
@@ -196,7 +197,7 @@ def test_addr_add_list_del_v4_v6(cnl, ctr):
 
 def test_addr_scope_and_tuple_form(cnl, ctr):
     import socket
-    cnl.addr_add("d0", (socket.AF_INET, socket.inet_aton("10.7.0.1"), 16), scope=nl.RT_SCOPE_LINK, broadcast=False)
+    cnl.addr_add("d0", (socket.AF_INET, socket.inet_aton("10.7.0.1"), 16), scope=nlc.RT_SCOPE_LINK, broadcast=False)
     a = addr_info(ctr)[("10.7.0.1", 16)]
     assert a["scope"] == "link" and "broadcast" not in a
 
@@ -207,7 +208,7 @@ def test_addr_duplicate_names_address_link_and_netns(cnl, ctr):
         cnl.addr_add("d0", "10.1.1.5/24")
     assert e.value.msg == f"address 10.1.1.5/24 already on d0 in netns /run/netns/{ctr}"
     assert e.value.errno == errno.EEXIST
-    cnl.addr_add("d0", "fd00::5/64", flags=nl.IFA_F_NODAD)
+    cnl.addr_add("d0", "fd00::5/64", flags=nlc.IFA_F_NODAD)
     with pytest.raises(nl.Exists) as e:
         cnl.addr_add("d0", "fd00::5/64")
     assert e.value.msg == f"address fd00::5/64 already on d0 in netns /run/netns/{ctr}"
@@ -231,7 +232,7 @@ def routes(ctr, *args, family="-4"):
 @pytest.fixture
 def addressed(cnl, ctr):
     cnl.addr_add("d0", "10.1.1.5/24")
-    cnl.addr_add("d0", "fd00::5/64", flags=nl.IFA_F_NODAD)
+    cnl.addr_add("d0", "fd00::5/64", flags=nlc.IFA_F_NODAD)
     return cnl
 
 
@@ -240,16 +241,16 @@ def test_route_add_v4_gateway_boot_main(addressed, ctr):
     got = [r for r in routes(ctr, "proto", "boot") if r["dst"] == "10.2.0.0/16"]
     assert len(got) == 1 and got[0]["gateway"] == "10.1.1.1" and got[0]["dev"] == "d0"
     assert "scope" not in got[0]            # universe
-    listed = [r for r in addressed.route_list(nl.AF_INET) if r.dst == "10.2.0.0/16"]
+    listed = [r for r in addressed.route_list(nlc.AF_INET) if r.dst == "10.2.0.0/16"]
     assert len(listed) == 1
     r = listed[0]
     assert (r.gateway, r.protocol, r.table, r.scope, r.oif) == \
-        ("10.1.1.1", nl.RTPROT_BOOT, nl.RT_TABLE_MAIN, 0, addressed.link_get("d0").index)
+        ("10.1.1.1", nlc.RTPROT_BOOT, nlc.RT_TABLE_MAIN, 0, addressed.link_get("d0").index)
 
 
 def test_route_scopes_table_metric_metrics(addressed, ctr):
-    addressed.route_add("10.3.0.0/16", oif="d0", scope=nl.RT_SCOPE_LINK)
-    addressed.route_add("10.9.9.9/32", oif="d0", scope=nl.RT_SCOPE_HOST)
+    addressed.route_add("10.3.0.0/16", oif="d0", scope=nlc.RT_SCOPE_LINK)
+    addressed.route_add("10.9.9.9/32", oif="d0", scope=nlc.RT_SCOPE_HOST)
     addressed.route_add("0.0.0.0/0", gateway="10.1.1.1", table=100, priority=7, mtu=1300, advmss=1200)
     assert [r["scope"] for r in routes(ctr, "proto", "boot") if r["dst"] == "10.3.0.0/16"] == ["link"]
     assert [r["scope"] for r in routes(ctr, "proto", "boot") if r["dst"] == "10.9.9.9"] == ["host"]
@@ -257,13 +258,13 @@ def test_route_scopes_table_metric_metrics(addressed, ctr):
     assert len(t100) == 1
     assert (t100[0]["dst"], t100[0]["gateway"], t100[0]["metric"]) == ("default", "10.1.1.1", 7)
     assert t100[0]["metrics"] == [{"mtu": 1300, "advmss": 1200}]
-    listed = addressed.route_list(nl.AF_INET, table=100)
+    listed = addressed.route_list(nlc.AF_INET, table=100)
     assert [(r.dst, r.priority, r.mtu, r.advmss, r.table) for r in listed] == [("0.0.0.0/0", 7, 1300, 1200, 100)]
     assert "10.9.9.9/32" in {r.dst for r in addressed.route_list(table=None)}
 
 
 def test_route_table_above_255(addressed, ctr):
-    addressed.route_add("10.4.0.0/16", oif="d0", scope=nl.RT_SCOPE_LINK, table=1000)
+    addressed.route_add("10.4.0.0/16", oif="d0", scope=nlc.RT_SCOPE_LINK, table=1000)
     assert [r["dst"] for r in routes(ctr, "table", "1000")] == ["10.4.0.0/16"]
     assert [r.table for r in addressed.route_list(table=1000)] == [1000]
 
@@ -274,8 +275,8 @@ def test_route_v6(addressed, ctr):
     got = [r for r in routes(ctr, "proto", "boot", family="-6") if r["dst"] == "fd01::/64"]
     assert len(got) == 1 and got[0]["gateway"] == "fd00::1" and got[0]["metric"] == 50
     assert [(r["dst"], r["gateway"]) for r in routes(ctr, "table", "100", family="-6")] == [("default", "fd00::1")]
-    listed = {r.dst: r for r in addressed.route_list(nl.AF_INET6)}
-    assert listed["fd01::/64"].gateway == "fd00::1" and listed["fd01::/64"].protocol == nl.RTPROT_BOOT
+    listed = {r.dst: r for r in addressed.route_list(nlc.AF_INET6)}
+    assert listed["fd01::/64"].gateway == "fd00::1" and listed["fd01::/64"].protocol == nlc.RTPROT_BOOT
     addressed.route_del("fd01::/64", gateway="fd00::1")
     assert not [r for r in routes(ctr, family="-6") if r["dst"] == "fd01::/64"]
 
@@ -285,7 +286,7 @@ def test_route_replace_and_delete(addressed, ctr):
     addressed.route_replace("10.2.0.0/16", gateway="10.1.1.2")
     got = [r for r in routes(ctr) if r["dst"] == "10.2.0.0/16"]
     assert [r["gateway"] for r in got] == ["10.1.1.2"]
-    addressed.route_replace("10.5.0.0/16", oif="d0", scope=nl.RT_SCOPE_LINK)   # replace creates too
+    addressed.route_replace("10.5.0.0/16", oif="d0", scope=nlc.RT_SCOPE_LINK)   # replace creates too
     assert [r for r in routes(ctr, "proto", "boot") if r["dst"] == "10.5.0.0/16"]
     route = [r for r in addressed.route_list() if r.dst == "10.5.0.0/16"][0]
     addressed.route_del(route)
@@ -315,11 +316,11 @@ def test_route_errors_name_route_and_netns(addressed, ctr):
 def test_route_list_matches_pyroute2(addressed, ctr):
     from pyroute2 import NetNS
     addressed.route_add("10.2.0.0/16", gateway="10.1.1.1", table=100, priority=9)
-    ours = {(r.dst, r.gateway, r.oif, r.priority, r.protocol) for r in addressed.route_list(nl.AF_INET, table=100)}
+    ours = {(r.dst, r.gateway, r.oif, r.priority, r.protocol) for r in addressed.route_list(nlc.AF_INET, table=100)}
     with NetNS(ctr, flags=0) as ipr:
         theirs = {(f"{r.get('RTA_DST') or '0.0.0.0'}/{r['dst_len']}", r.get("RTA_GATEWAY"), r.get("RTA_OIF") or 0,
                    r.get("RTA_PRIORITY") or 0, r["proto"])
-                  for r in ipr.get_routes(family=nl.AF_INET, table=100)}
+                  for r in ipr.get_routes(family=nlc.AF_INET, table=100)}
     assert ours == theirs == {("10.2.0.0/16", "10.1.1.1", addressed.link_get("d0").index, 9, 3)}
 
 # -- cost ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""skb.netns against the kernel: opening every path form, rejecting what is not a netns, entering and
+"""skb.linux.netns against the kernel: opening every path form, rejecting what is not a netns, entering and
 leaving, and the host-netns guard. Identity is checked with os.stat of the nsfs files, not our code."""
 import json
 import os
@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from skb import netns
-from skb.errors import CNIError
+from skb.linux import netns
+from skb.cni.errors import CNIError
 
 pytestmark = pytest.mark.kernel
 
@@ -173,9 +173,9 @@ def test_fifo_does_not_hang(tmp_path):
 
 
 def _as_nobody(code, *args):
-    """Run ``code`` (using skb.netns) as uid/gid 65534; return its parsed JSON output."""
+    """Run ``code`` (using skb.linux.netns) as uid/gid 65534; return its parsed JSON output."""
     prog = ("import os, sys, json\nos.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
-            "from skb import netns\nfrom skb.errors import CNIError\n" + code)
+            "from skb.linux import netns\nfrom skb.cni.errors import CNIError\n" + code)
     out = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, cwd=ROOT, timeout=30,
                          env={"PYTHONPATH": ROOT, "PATH": os.environ["PATH"]})
     assert out.returncode == 0, out.stderr
@@ -263,7 +263,7 @@ def test_enter_failure_leaves_us_where_we_were(tmp_path):
 def test_failed_switch_back_stops_the_process(make_netns):
     """If setns() back to our own netns fails, nothing after the with-block may run."""
     name = make_netns()
-    prog = ("import os\nfrom skb import netns\n"
+    prog = ("import os\nfrom skb.linux import netns\n"
             "real = netns._libc_setns()\ncalls = []\n"
             "def flaky(fd, nstype):\n    calls.append(fd)\n"
             "    if len(calls) == 2:\n        raise OSError(1, 'Operation not permitted')\n    real(fd, nstype)\n"
@@ -282,7 +282,7 @@ def test_failed_switch_back_stops_the_process(make_netns):
 
 def test_setns_via_ctypes_costs_under_a_millisecond():
     """Loading _ctypes and resolving setns() in a fresh process (``import ctypes`` alone is ~3 ms)."""
-    prog = ("import time\nfrom skb import netns\nt = time.perf_counter()\nnetns._libc_setns()\n"
+    prog = ("import time\nfrom skb.linux import netns\nt = time.perf_counter()\nnetns._libc_setns()\n"
             "print((time.perf_counter() - t) * 1e3)\n")
     runs = [float(subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT,
                                  check=True).stdout) for _ in range(5)]

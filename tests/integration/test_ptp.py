@@ -482,7 +482,7 @@ def strict_rp_filter():
 
 def test_kubelet_probe_with_strict_rp_filter(ptp, make_netns, data_dir, strict_rp_filter):
     """A kubelet-style HTTP probe from the node to the pod IP under net.ipv4.conf.all.rp_filter=1; the
-    pods also filter strictly. ptp needs no rp_filter setting for it (see plugins/ptp/plugin.py)."""
+    pods also filter strictly. ptp needs no rp_filter setting for it (see plugins/ptp/ptp.py)."""
     conf = ptp_conf(data_dir)
     pods = []
     for i in range(2):

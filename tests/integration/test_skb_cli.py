@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from skb import libcni
+from skb.tool import libcni
 from tests.helpers import cni_env, ip_json, link_flags, run_plugin
 
 SUBCOMMANDS = ["version", "log", "add", "check", "del", "status", "gc", "netns", "doctor", "replay"]

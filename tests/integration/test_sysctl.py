@@ -1,11 +1,12 @@
-"""skb.sysctl: name forms (no kernel) and reads/writes in a container netns, checked with
+"""skb.linux.sysctl: name forms (no kernel) and reads/writes in a container netns, checked with
 ``ip netns exec NAME cat /proc/sys/...`` (a separate process that enters the netns itself)."""
 import errno
 import subprocess
 
 import pytest
 
-from skb import netns, sysctl
+from skb.linux import netns
+from skb.linux import sysctl
 
 
 @pytest.mark.parametrize("name,path", [

@@ -1,9 +1,9 @@
-"""skb.addr against the standard library's ipaddress (the oracle), on random addresses and networks."""
+"""skb.cni.addr against the standard library's ipaddress (the oracle), on random addresses and networks."""
 import ipaddress
 
 from hypothesis import given, strategies as st
 
-from skb.addr import IP, Net
+from skb.cni.addr import IP, Net
 
 v4 = st.integers(0, 2**32 - 1).map(lambda n: ipaddress.IPv4Address(n))
 v6 = st.integers(0, 2**128 - 1).map(lambda n: ipaddress.IPv6Address(n))

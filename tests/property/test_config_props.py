@@ -8,8 +8,8 @@ import json
 
 from hypothesis import given, settings, strategies as st
 
-from skb import skel
-from skb.result import Result, parse_prev_result
+from skb.plugin import skel
+from skb.cni.result import Result, parse_prev_result
 
 SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11}
 VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]

@@ -1,4 +1,4 @@
-"""Properties of skb.result over generated inputs (hypothesis).
+"""Properties of skb.cni.result over generated inputs (hypothesis).
 
 1. Any JSON value (and result-shaped objects with random field types) parses to a Result or fails with a
    CNIError carrying a spec code and a message: never any other exception.
@@ -13,8 +13,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skb.errors import CNIError
-from skb.result import (DNS, SUPPORTED_VERSIONS, Interface, IPConfig, Result, Route, parse_prev_result,
+from skb.cni.errors import CNIError
+from skb.cni.result import (DNS, SUPPORTED_VERSIONS, Interface, IPConfig, Result, Route, parse_prev_result,
                         parse_result, parse_version, version_family)
 
 CODES = {1, 2, 3, 4, 5, 6, 7, 999}

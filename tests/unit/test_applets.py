@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from skb.version import SUPPORTED_VERSIONS
+from skb.cni.versions import SUPPORTED_VERSIONS
 
 PROBE = """
 import os, sys
@@ -26,7 +26,7 @@ def test_version_reply_without_loading_plugins():
         p = run(name)
         assert p.returncode == 0
         assert json.loads(p.stdout) == {"cniVersion": "1.1.0", "supportedVersions": list(SUPPORTED_VERSIONS)}
-        assert p.stderr.split() == ["skb", "skb.applets", "skb.version"], p.stderr
+        assert p.stderr.split() == ["skb", "skb.applets", "skb.cni", "skb.cni.versions"], p.stderr
 
 
 def test_version_is_logged_when_the_debug_log_is_on(tmp_path):

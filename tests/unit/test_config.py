@@ -1,8 +1,8 @@
 """Config parsing: code 6 for bad JSON (located), 7 for bad fields (named), 1 for versions."""
 import pytest
 
-from skb import config
-from skb.errors import CNIError
+from skb.cni import netconf as config
+from skb.cni.errors import CNIError
 
 
 def err(fn, *a):

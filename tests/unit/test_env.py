@@ -1,8 +1,8 @@
 """CNI_* validation: order, codes and messages of Go's skel (cni-spec.md §1.3-1.6)."""
 import pytest
 
-from skb import env
-from skb.errors import CNIError
+from skb.cni import env
+from skb.cni.errors import CNIError
 
 
 def full(command, **over):

@@ -1,9 +1,9 @@
 """The allocator over a fake store: the reference's round-robin order and our deliberate differences."""
 import pytest
 
-from skb.addr import IP
-from skb.config import NetConf
-from skb.errors import CNIError
+from skb.cni.addr import IP
+from skb.cni.netconf import NetConf
+from skb.cni.errors import CNIError
 from skb_plugins.hostlocal_ipam import config as hcfg
 from skb_plugins.hostlocal_ipam.allocator import allocate, candidates
 

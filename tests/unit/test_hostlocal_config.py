@@ -1,8 +1,8 @@
 """host-local config: the reference's keys and defaults; stricter validation, naming the range."""
 import pytest
 
-from skb.config import NetConf
-from skb.errors import CNIError
+from skb.cni.netconf import NetConf
+from skb.cni.errors import CNIError
 from skb_plugins.hostlocal_ipam import config as hcfg
 
 

@@ -1,7 +1,7 @@
 """The disk store on its own: Go's files, the index as a cache that heals, and what it never touches."""
 import os
 
-from skb.addr import IP
+from skb.cni.addr import IP
 from skb_plugins.hostlocal_ipam.store import Store
 
 A, B = ("ctrA", "eth0"), ("ctrB", "eth1")
@@ -85,7 +85,7 @@ def test_write_errors_are_code_5_and_release_the_lock(tmp_path, monkeypatch):
     import errno
     import fcntl
 
-    from skb.errors import CNIError
+    from skb.cni.errors import CNIError
 
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -1,4 +1,4 @@
-"""skb.installer's pure parts: pod CIDRs, template values and rendering, the conflist check, which
+"""skb.install.installer's pure parts: pod CIDRs, template values and rendering, the conflist check, which
 configs count as another network's; and that deploy/ agrees with the installer it runs."""
 import json
 import os
@@ -7,9 +7,9 @@ import shlex
 
 import pytest
 
-from skb import installer
-from skb.cli import build_parser
-from skb.installer import InstallError
+from skb.install import installer
+from skb.tool.main import build_parser
+from skb.install.installer import InstallError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")

@@ -1,4 +1,4 @@
-"""skb.libcni in-process: conf dir loading, stdin building, chaining, the cache and GC, against libcni's
+"""skb.tool.libcni in-process: conf dir loading, stdin building, chaining, the cache and GC, against libcni's
 documented behaviour (cni-spec.md §2.4-2.5, §3.9-3.11, §4.3, §5), with a scripted executor."""
 import base64
 import json
@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from skb import libcni
-from skb.errors import CNIError
-from skb.libcni import LibcniError
+from skb.tool import libcni
+from skb.cni.errors import CNIError
+from skb.tool.libcni import LibcniError
 
 
 def write(d, name, obj):

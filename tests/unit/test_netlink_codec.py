@@ -1,4 +1,4 @@
-"""skb.netlink's pure codec, without a kernel.
+"""skb.linux.netlink_codec, without a kernel.
 
 Expected bytes are written out by hand from the kernel's struct layouts (linux/netlink.h, rtnetlink.h,
 if_link.h, veth.h) and decoded independently with ``struct``, never with the code under test.
@@ -9,7 +9,8 @@ import struct
 import pytest
 from hypothesis import given, strategies as st
 
-from skb import netlink as nl
+from skb.linux import netlink as nlclient
+from skb.linux import netlink_codec as nl
 
 
 def rtattr(kind, payload):
@@ -318,7 +319,7 @@ class FakeSocket:
 
 
 def client(script):
-    c = object.__new__(nl.RtNetlink)
+    c = object.__new__(nlclient.RtNetlink)
     c.label, c._sock, c._seq, c._buf = "/run/netns/fake", FakeSocket(script), 0, bytearray(65536)
     return c
 
@@ -360,22 +361,22 @@ def test_interrupted_dump_is_retried():
 
 def test_dump_interrupted_every_time_is_try_again():
     c = client([lambda s: done(s, nl.NLM_F_MULTI | nl.NLM_F_DUMP_INTR)] * 10)
-    with pytest.raises(nl.CNIError) as e:
+    with pytest.raises(nlclient.CNIError) as e:
         c.link_list()
     assert e.value.code == 11 and "interrupted" in e.value.msg
 
 
 def test_error_reply_becomes_typed_error_with_kernel_text():
     c = client([lambda s: error(s, 19)])
-    with pytest.raises(nl.NotFound) as e:
+    with pytest.raises(nlclient.NotFound) as e:
         c.link_get("eth9")
     assert e.value.msg == 'link "eth9" not found in netns /run/netns/fake' and e.value.errno == 19
     c = client([lambda s: error(s, 22, b"Invalid prefix for given prefix length")])
-    with pytest.raises(nl.NetlinkError) as e:
+    with pytest.raises(nlclient.NetlinkError) as e:
         c.route_add("10.1.1.5/16", oif=3)
     assert e.value.msg == "adding route 10.1.1.5/16 dev link #3 in netns /run/netns/fake: invalid argument (EINVAL)"
     assert e.value.details == "kernel: Invalid prefix for given prefix length"
-    assert not isinstance(e.value, (nl.NotFound, nl.Exists))
+    assert not isinstance(e.value, (nlclient.NotFound, nlclient.Exists))
 
 
 def test_ack_request_sets_ack_flag_and_waits_for_it():
@@ -388,6 +389,6 @@ def test_ack_request_sets_ack_flag_and_waits_for_it():
 
 def test_done_carrying_an_error():
     c = client([lambda s: msg(nl.NLMSG_DONE, nl.NLM_F_MULTI, s, struct.pack("=i", -95))])
-    with pytest.raises(nl.NetlinkError) as e:
+    with pytest.raises(nlclient.NetlinkError) as e:
         c.route_list()
     assert e.value.errno == 95 and e.value.msg.startswith("listing routes in netns /run/netns/fake")

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from skb import config
-from skb.errors import CNIError
-from skb.result import DNS, IPConfig, Result, Route, parse_result
-from skb_plugins.ptp import plugin as ptp
+from skb.cni import netconf as config
+from skb.cni.errors import CNIError
+from skb.cni.result import DNS, IPConfig, Result, Route, parse_result
+from skb_plugins.ptp import ptp
 
 
 def conf(**extra):

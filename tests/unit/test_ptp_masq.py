@@ -1,8 +1,8 @@
-"""skb.masq's names, comments and rule text: the reference's, byte for byte (reference-plugins.md §2.5, §4.5)."""
+"""skb.linux.masq's names, comments and rule text: the reference's, byte for byte (reference-plugins.md §2.5, §4.5)."""
 import pytest
 
-from skb import masq
-from skb.errors import CNIError
+from skb.linux import masq
+from skb.cni.errors import CNIError
 
 
 def test_chain_name_and_comment_match_the_reference():

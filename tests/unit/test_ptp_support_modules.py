@@ -1,11 +1,11 @@
-"""skb.undo and skb.proc: the undo stack ptp's ADD relies on, and the cheap program runner."""
+"""skb.plugin.undo and skb.linux.proc: the undo stack ptp's ADD relies on, and the cheap program runner."""
 import os
 
 import pytest
 
-from skb import proc
-from skb.errors import CNIError
-from skb.undo import UndoStack
+from skb.linux import proc
+from skb.cni.errors import CNIError
+from skb.plugin.undo import UndoStack
 
 
 def test_undo_runs_newest_first_and_keeps_going():
@@ -57,7 +57,7 @@ def test_which(tmp_path):
 
 def test_spawned_children_get_default_sigpipe_and_sigxfsz():
     """Python ignores SIGPIPE; an iptables or IPAM plugin we start must not inherit that."""
-    from skb import proc
+    from skb.linux import proc
     code, out, err = proc.run("/bin/sh", ["/bin/sh", "-c", "grep SigIgn /proc/self/status"], {}, b"")
     ignored = int(out.split()[1], 16)
     assert code == 0 and not ignored & (1 << (13 - 1)) and not ignored & (1 << (25 - 1))

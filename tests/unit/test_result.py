@@ -1,4 +1,4 @@
-"""skb.result: parsing, conversion and writing of CNI results.
+"""skb.cni.result: parsing, conversion and writing of CNI results.
 
 Expected dicts are written from cni-spec.md §3 (and the Go converters it describes), not from our output.
 """
@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from skb.errors import CNIError
-from skb.result import (DNS, SUPPORTED_VERSIONS, Interface, IPConfig, Result, Route, parse_prev_result,
+from skb.cni.errors import CNIError
+from skb.cni.result import (DNS, SUPPORTED_VERSIONS, Interface, IPConfig, Result, Route, parse_prev_result,
                         parse_result, parse_version, version_family, version_tuple)
 
 V1 = ("1.0.0", "1.1.0")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from skb import skel
+from skb.plugin import skel
 
 
 class FakeResult:

@@ -20,8 +20,8 @@ Programs are found on PATH and then in /usr/sbin, /sbin ...; they run in the cal
 """
 import os
 
-from skb import proc
-from skb.errors import CNIError, INTERNAL, INVALID_CONFIG
+from skb.linux import proc
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 
 IPTABLES, NFTABLES = "iptables", "nftables"
 BACKENDS = (IPTABLES, NFTABLES)
@@ -246,7 +246,7 @@ def _nft(args, stdin=b"", what="nft"):
 
 def _nft_rules(strict=True):
     """[(handle, comment, expr list)] of the rules in our masq_checks chain ([] when it does not exist)."""
-    from skb import jsonio
+    from skb.cni import jsonio
     try:
         out = _nft(["-j", "list", "chain", "inet", NFT_TABLE, NFT_CHAIN], what="listing nftables rules")
     except ToolFailed as e:

@@ -2,13 +2,15 @@
 
 ADD sets ``lo`` up and reports it with its loopback addresses (or passes a chained prevResult through).
 CHECK verifies ``lo`` is up and carries only loopback addresses. DEL sets ``lo`` down like the reference
-plugin, but only in a namespace that is provably the container's (see ``skb.guard``): never in the node's
+plugin, but only in a namespace that is provably the container's (see ``skb.linux.guard``): never in the node's
 own, whatever path names it. CNI_IFNAME is validated but ignored (CRI sends ``lo``, podman ``eth0``).
 """
-from skb import guard, netns, skel
-from skb.errors import CNIError, INTERNAL
-from skb.netlink import RtNetlink
-from skb.result import IPConfig, Interface, Result, parse_prev_result
+from skb.linux import guard
+from skb.linux import netns
+from skb.plugin import skel
+from skb.cni.errors import CNIError, INTERNAL
+from skb.linux.netlink import RtNetlink
+from skb.cni.result import IPConfig, Interface, Result, parse_prev_result
 
 _IFF_UP = 0x1
 

@@ -11,11 +11,18 @@ plugin file holds only its networking story. Guarantees:
 import os
 import sys
 
-from skb import config, env, jsonio
-from skb.version import VERSION_REPLY
-from skb.errors import CNIError, INTERNAL, IO_FAILURE, DECODE, INVALID_ENV
+from skb.cni import netconf as config
+from skb.cni import env
+from skb.cni import jsonio
+from skb.cni.versions import VERSION_REPLY
+from skb.cni.errors import CNIError, INTERNAL, IO_FAILURE, DECODE, INVALID_ENV
 
-__all__ = ["Plugin", "run", "main"]
+__all__ = ["Plugin", "run", "main", "IN_PROCESS"]
+
+# Plugin name -> module (with a ``PLUGIN``) that IPAM delegation may run in this process instead of
+# exec'ing the same bundle again. Filled by the applet entry (skb.applets); empty when a plugin module
+# is used on its own (tests, from source), so delegation then always execs.
+IN_PROCESS = {}
 
 
 class Plugin:

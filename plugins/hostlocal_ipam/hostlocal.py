@@ -8,9 +8,9 @@ A drop-in for the reference plugin (same keys, same files, same round-robin orde
 - implements STATUS: code 50 when a range set has no free address or the store is unusable;
 - changes nothing when ADD fails, and survives being killed at any point (see store.py).
 """
-from skb import skel
-from skb import config as cfg
-from skb.errors import CNIError, INVALID_CONFIG, NOT_AVAILABLE
+from skb.plugin import skel
+from skb.cni import netconf as cfg
+from skb.cni.errors import CNIError, INVALID_CONFIG, NOT_AVAILABLE
 
 from skb_plugins.hostlocal_ipam import config as hcfg
 from skb_plugins.hostlocal_ipam.allocator import UNAVAILABLE, allocate, candidates
@@ -45,7 +45,7 @@ def cmd_add(args, conf):
             store.commit()
             raise
         store.commit()
-    from skb.result import DNS, IPConfig, parse_result, Result  # only ADD builds a result
+    from skb.cni.result import DNS, IPConfig, parse_result, Result  # only ADD builds a result
     ips = []
     for rset, ip, new in got:
         r = rset.range_for(ip)

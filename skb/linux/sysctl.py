@@ -2,7 +2,7 @@
 
 Which netns a ``/proc/sys/net/...`` file belongs to is decided when it is *opened*, by the netns of the
 opening thread (not by any netlink socket). So to change a container's sysctl, open it inside
-``skb.netns.enter(ns)``; the node's (ip_forward, a host veth's accept_ra) outside.
+``skb.linux.netns.enter(ns)``; the node's (ip_forward, a host veth's accept_ra) outside.
 
 Names: ``net.ipv4.ip_forward`` or ``net/ipv4/ip_forward`` (a leading ``/proc/sys/`` is accepted too).
 Whichever separator comes first decides: a name whose first separator is a slash is used verbatim; a name
@@ -13,7 +13,7 @@ do). So an interface name containing dots (a VLAN ``eth0.100``) must be written 
 import errno
 import os
 
-from skb.errors import CNIError, INTERNAL
+from skb.cni.errors import CNIError, INTERNAL
 
 _ROOT = "/proc/sys/"
 
@@ -69,7 +69,7 @@ class SysctlError(CNIError):
 
 
 def _error(what, e):
-    from skb.netns import current_label
+    from skb.linux.netns import current_label
     text = os.strerror(e.errno)
     reason = f"{text[:1].lower()}{text[1:]} ({errno.errorcode.get(e.errno, e.errno)})"
     hint = ""

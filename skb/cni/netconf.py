@@ -4,11 +4,11 @@ Every field error is a code-7 CNIError that names the field (as a path: ``ipam.r
 what was found and what was expected. Go's decoder matches keys case-insensitively (``DataDir`` works),
 so ``get`` falls back to a case-insensitive match to stay drop-in compatible with existing configs.
 """
-from skb import jsonio
-from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
-from skb.env import valid_name
+from skb.cni import jsonio
+from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
+from skb.cni.env import valid_name
 
-from skb.version import LATEST, SUPPORTED_VERSIONS  # noqa: F401 (re-exported)
+from skb.cni.versions import LATEST, SUPPORTED_VERSIONS  # noqa: F401 (re-exported)
 
 _TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", dict: "an object",
                list: "a list"}

@@ -18,15 +18,17 @@ log (``SKB_DEBUG_LOG``/``skbDebugLog``) does too, so the delegate logs its own c
 import os
 import sys
 
-from skb import jsonio
-from skb.errors import CNIError, INTERNAL, INVALID_CONFIG
+from skb.cni import jsonio
+from skb.cni import netconf as config
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
+from skb.cni.result import parse_result
+from skb.plugin import skel
 
 __all__ = ["find_in_path", "add", "delete", "check", "status", "gc", "plugin_type"]
 
 
 def plugin_type(conf):
     """``ipam.type`` of the configuration ("" when absent). A wrong JSON type is a code-7 error."""
-    from skb import config
     ipam = config.get(conf.raw, "ipam", dict, "", default={})
     return config.get(ipam, "type", str, "ipam", default="")
 
@@ -104,10 +106,11 @@ def _is_own_build(path, applet):
 def _in_process(path, conf, environ):
     if environ.get("SKB_IPAM_EXEC") == "1" or environ.get("SKB_DEBUG_LOG") or conf.debug_log:
         return None
-    if os.path.basename(path) != "host-local" or not is_own_build(path, "host-local"):
+    name = os.path.basename(path)
+    module = skel.IN_PROCESS.get(name)
+    if module is None or not is_own_build(path, name):
         return None
-    from skb_plugins.hostlocal_ipam.plugin import PLUGIN
-    return PLUGIN
+    return __import__(module, fromlist=["PLUGIN"]).PLUGIN
 
 
 # --------------------------------------------------------------------------------------------------
@@ -138,13 +141,12 @@ def _execute(command, args, conf, stdin, environ):
     if env.get("SKB_IPAM_TRACE") == "1":   # for tests: which path was taken
         _pass_stderr(f"skb-cni: IPAM {command} {plugin}: {'in-process' if inproc else 'exec ' + path}\n".encode())
     if inproc is not None:
-        from skb import skel
         out = skel.run(inproc, env, stdin)
         code = out.code
         stdout = out.stdout.encode() if isinstance(out.stdout, str) else out.stdout
         stderr = out.stderr.encode() if isinstance(out.stderr, str) else out.stderr
     else:
-        from skb import proc
+        from skb.linux import proc  # only the exec path needs it (the in-process path is hot)
         try:
             code, stdout, stderr = proc.run(path, [path], env, stdin)
         except proc.SpawnError as e:
@@ -198,9 +200,8 @@ def _delegate_error(plugin, code, stdout, stderr):
 
 
 def add(args, conf, stdin, environ=None):
-    """IPAM ADD: the delegate's result as a ``skb.result.Result`` (a result without cniVersion is read
+    """IPAM ADD: the delegate's result as a ``skb.cni.result.Result`` (a result without cniVersion is read
     in the configuration's version, as libcni does)."""
-    from skb.result import parse_result
     out = _execute("ADD", args, conf, stdin, environ)
     plugin = plugin_type(conf)
     try:

@@ -52,8 +52,17 @@ What it checks, with the finding codes:
 """
 import os
 import sys
+import json
+import shutil
+import socket
+import tempfile
+import tomllib
 
-from skb import libcni
+from skb.tool import libcni
+from skb.cni.errors import CNIError
+from skb.linux import scratch_netns
+from skb.linux.netlink import RtNetlink
+from skb.tool.style import Style
 
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CRIO_CONFIG = "/etc/crio/crio.conf"
@@ -118,7 +127,6 @@ def _norm(path):
 # where runtimes look
 
 def _toml(path):
-    import tomllib
     with open(path, "rb") as f:
         return tomllib.load(f)
 
@@ -475,8 +483,6 @@ def _sysctl(name):
 
 
 def check_host_lo(findings):
-    from skb.netlink import RtNetlink
-    from skb.errors import CNIError
     try:
         with RtNetlink(label="the node") as nl:
             lo = nl.link_get("lo")
@@ -561,7 +567,6 @@ def _host_side_interfaces(networks, cache_dir):
 # host-local reservations
 
 def _is_ip(name):
-    import socket
     for fam in (socket.AF_INET, socket.AF_INET6):
         try:
             socket.inet_pton(fam, name)
@@ -687,9 +692,6 @@ def ips_on(res, ifname):
 
 
 def probe(view, netconf, opts, findings):
-    from skb import scratch_netns
-    import shutil
-    import tempfile
     name = scratch_netns.unique_name("skb-probe")
     try:
         path = scratch_netns.add(name, opts.netns_dir)
@@ -796,8 +798,6 @@ def report(findings, views, style, out):
 
 
 def command(opts):
-    import json
-    from skb.cli import Style
     findings, views = run(opts)
     problems = [f for f in findings if f.severity != "note"]
     if opts.json:

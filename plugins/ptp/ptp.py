@@ -9,7 +9,7 @@ container end made directly inside the container's netns (moving a device costs 
 
 Where it is better than the reference:
 - A failed ADD leaves nothing behind: each side effect registers its undo as soon as it succeeds
-  (``skb.undo``), and any failure unwinds them all, the IPAM reservation included. The netns is opened
+  (``skb.plugin.undo``), and any failure unwinds them all, the IPAM reservation included. The netns is opened
   (and checked by the host-netns guard) before the IPAM plugin runs, so a bad CNI_NETNS costs no address,
   and IP forwarding is switched on last, once nothing can fail any more: a failed ADD never changes it.
 - DEL works without the netns. The host end's name is derived from (network, container ID, ifname), so
@@ -17,7 +17,7 @@ Where it is better than the reference:
   or gone; masquerade rules are removed by name, not by the addresses read from a link that may be
   gone. The IPAM reservation is released last, once nothing routes to the address any more: a new pod
   given the same address cannot have its host route shadowed by the old veth.
-- The host-netns guard (``skb.guard``): ADD and CHECK refuse the node's own netns; DEL never touches
+- The host-netns guard (``skb.linux.guard``): ADD and CHECK refuse the node's own netns; DEL never touches
   CNI_IFNAME there but still removes its own host veth and releases the reservation.
 - CHECK verifies both ends: container link, addresses and routes, the host veth, its gateway addresses
   and host routes, masquerade rules, MTU and forwarding.
@@ -36,13 +36,18 @@ answers the container from the gateway address on that same veth. No sysctl is s
 config key for it; tests/integration/test_ptp.py proves kubelet-style probes, pings and pod-to-pod
 traffic under strict rp_filter on the node and in the pods.
 """
-from skb import config, guard, ipam, netns, skel, sysctl
-from skb.addr import Net
-from skb.errors import CNIError, INTERNAL, INVALID_CONFIG
-from skb.netlink import (IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, Exists, NotFound,
-                         RtNetlink)
-from skb.result import DNS, Interface, Result, parse_prev_result
-from skb.undo import UndoStack
+from skb.cni import netconf as config
+from skb.linux import guard
+from skb.plugin import delegate as ipam
+from skb.linux import netns
+from skb.plugin import skel
+from skb.linux import sysctl
+from skb.cni.addr import Net
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
+from skb.linux.netlink_codec import IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE
+from skb.linux.netlink import Exists, NotFound, RtNetlink
+from skb.cni.result import DNS, Interface, Result, parse_prev_result
+from skb.plugin.undo import UndoStack
 
 _VETH_TRIES = 10
 
@@ -69,7 +74,7 @@ def parse_conf(conf, command="ADD"):
     ip_masq = config.get(raw, "ipMasq", bool, "", default=False)
     backend = config.get(raw, "ipMasqBackend", str, "", default=None)
     if ip_masq and command != "DEL":   # DEL tears down both backends whatever the configuration says
-        from skb import masq
+        from skb.linux import masq
         backend = masq.backend_from_config(backend)
     mtu = config.get(raw, "mtu", int, "", default=0)
     if mtu and not 68 <= mtu <= 65535:
@@ -195,7 +200,7 @@ def _add(args, conf, pc, stdin, ns, undo):
         _configure_container(args, ns, cnl, cont, addrs, ipam_result, undo)
         _configure_host(hnl, host, addrs)
     if pc.ip_masq:
-        from skb import masq
+        from skb.linux import masq
         m = masq.Masq(conf.name, args.ifname, args.container_id, [(a.ip, a.subnet, a.family) for a in addrs])
         undo_masq = masq.setup(m, masq.choose(pc.masq_backend))
         if undo_masq is not None:
@@ -353,7 +358,7 @@ def cmd_del(args, conf):
             _delete_container_end(args, ns, names)
     _delete_host_end(names)
     if pc.ip_masq:
-        from skb import masq
+        from skb.linux import masq
         masq.teardown(conf.name, args.ifname, args.container_id)
     # Last: only once nothing routes to the address may it be handed to another pod.
     ipam.delete(args, conf, stdin)
@@ -435,7 +440,7 @@ def cmd_check(args, conf):
         with RtNetlink() as hnl:
             _check_host(hnl, pc, cont, host_if, addrs)
     if pc.ip_masq and addrs:
-        from skb import masq
+        from skb.linux import masq
         backend = pc.masq_backend or masq.choose(None)
         masq.check(masq.Masq(conf.name, args.ifname, args.container_id,
                              [(a.ip, a.subnet, a.family) for a in addrs]), backend)
@@ -446,7 +451,7 @@ def cmd_check(args, conf):
 
 
 def _check_container(args, pc, cnl, cont_if, prev, addrs):
-    from skb.netlink import parse_prefix
+    from skb.linux.netlink_codec import parse_prefix
     name = args.ifname
     try:
         link = cnl.link_get(name)
@@ -490,7 +495,7 @@ def _check_container(args, pc, cnl, cont_if, prev, addrs):
 
 
 def _check_host(hnl, pc, cont, host_if, addrs):
-    from skb.netlink import parse_prefix
+    from skb.linux.netlink_codec import parse_prefix
     try:
         host = hnl.link_get(cont.link_index)
     except NotFound:
@@ -535,7 +540,7 @@ def cmd_gc(args, conf):
         errors.append(e)
     valid = config.valid_attachments(conf)
     if valid is not None:   # no list (cnitool's gc): say nothing about masquerading, as host-local does
-        from skb import masq
+        from skb.linux import masq
         try:
             masq.gc(conf.name, [(ifname, cid) for cid, ifname in valid])
         except CNIError as e:

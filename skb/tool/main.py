@@ -4,13 +4,25 @@ Not on a plugin's call path, so it may import what it likes (argparse, json, sub
 build strips docstrings (optimize=2): every help text lives in string constants, never in __doc__.
 Subcommands:
 
-- ``add|check|del|status|gc NETWORK NETNS``: cnitool's interface over ``skb.libcni``;
-- ``netns add|del|list``: scratch namespaces (``skb.scratch_netns``);
-- ``doctor``: ``skb.doctor``; ``replay``: ``skb.replay``; ``log``: list a debug log or capture;
-- ``install|uninstall``: ``skb.installer``.
+- ``add|check|del|status|gc NETWORK NETNS``: cnitool's interface over ``skb.tool.libcni``;
+- ``netns add|del|list``: scratch namespaces (``skb.linux.scratch_netns``);
+- ``doctor``: ``skb.tool.doctor``; ``replay``: ``skb.tool.replay``; ``log``: list a debug log or capture;
+- ``install|uninstall``: ``skb.tool.install`` over ``skb.install``.
 """
 import os
 import sys
+import argparse
+import json
+from skb import __version__
+from skb.cni.errors import CNIError
+from skb.cni.netconf import SUPPORTED_VERSIONS
+from skb.tool import install
+from skb.tool.style import Style, fail
+from skb.linux import scratch_netns
+from skb.tool import doctor
+from skb.tool import libcni
+from skb.tool import replay
+from skb.tool.replay import read_records
 
 DEFAULT_CNI_PATH = "/opt/cni/bin"
 
@@ -93,63 +105,14 @@ examples:
 
 
 # ---------------------------------------------------------------------------------------------------
-# terminal styling
-
-class Style:
-    """ANSI colour when enabled (a terminal, no NO_COLOR, TERM not dumb, or --color always)."""
-
-    def __init__(self, enabled):
-        self.enabled = enabled
-
-    @classmethod
-    def for_stream(cls, stream, when="auto"):
-        if when == "always":
-            return cls(True)
-        if when == "never":
-            return cls(False)
-        try:
-            tty = stream.isatty()
-        except (AttributeError, ValueError):
-            tty = False
-        return cls(tty and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") != "dumb")
-
-    def _wrap(self, code, text):
-        return f"\033[{code}m{text}\033[0m" if self.enabled else text
-
-    def red(self, text):
-        return self._wrap("31", text)
-
-    def yellow(self, text):
-        return self._wrap("33", text)
-
-    def green(self, text):
-        return self._wrap("32", text)
-
-    def bold(self, text):
-        return self._wrap("1", text)
-
-    def dim(self, text):
-        return self._wrap("2", text)
-
-
-def fail(prog, msg, opts=None):
-    style = Style.for_stream(sys.stderr, getattr(opts, "color", "auto"))
-    print(f"{prog}: {style.red('error')}: {msg}", file=sys.stderr)
-    return 1
-
-
-# ---------------------------------------------------------------------------------------------------
 # version, log
 
 def _cmd_version(opts):
-    from skb import __version__
-    from skb.config import SUPPORTED_VERSIONS
     print(f"skb-cni {__version__}; CNI spec versions {', '.join(SUPPORTED_VERSIONS)}")
     return 0
 
 
 def _cmd_log(opts):
-    from skb.replay import read_records
     style = Style.for_stream(sys.stdout, opts.color)
     try:
         records = read_records(opts.file)
@@ -176,7 +139,6 @@ def _cmd_log(opts):
 
 def netns_path(arg):
     """A NETNS argument: a path as given, or a bare name of a namespace in /run/netns."""
-    from skb import scratch_netns
     if "/" not in arg and arg not in (".", "..") and os.path.exists(scratch_netns.path_of(arg)):
         return scratch_netns.path_of(arg)
     return arg
@@ -188,21 +150,17 @@ def split_path(s):
 
 def runner_from(opts):
     """(CNIConfig, conf dir) from flags, then the cnitool environment."""
-    from skb import libcni
     cni_path = opts.cni_path if opts.cni_path is not None else os.environ.get("CNI_PATH", "") or DEFAULT_CNI_PATH
     exec_ = libcni.RawExec(timeout=opts.timeout)
     return libcni.CNIConfig(split_path(cni_path), opts.cache_dir, exec_), conf_dir_from(opts)
 
 
 def conf_dir_from(opts):
-    from skb import libcni
     return opts.conf_dir or os.environ.get("NETCONFPATH", "") or libcni.DEFAULT_CONF_DIR
 
 
 def runtime_conf_from(opts):
     """libcni's RuntimeConf as cnitool builds it."""
-    import json
-    from skb import libcni
     cap_raw = opts.cap_args if opts.cap_args is not None else os.environ.get("CAP_ARGS", "")
     caps = {}
     if cap_raw:
@@ -231,9 +189,6 @@ def _show_calls(cni, style):
 
 
 def _cmd_run(opts):
-    import json
-    from skb import libcni
-    from skb.errors import CNIError
     verb = opts.cmd
     prog = f"skb {verb}"
     style = Style.for_stream(sys.stderr, opts.color)
@@ -285,7 +240,6 @@ def _cmd_run(opts):
 # netns
 
 def _cmd_netns(opts):
-    from skb import scratch_netns
     try:
         if opts.action == "add":
             for name in opts.names:
@@ -324,7 +278,6 @@ def _common_run_args(p, netns_required=True):
 
 
 def build_parser():
-    import argparse
     raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="skb", description=MAIN_HELP, epilog=MAIN_EPILOG, formatter_class=raw)
     color_help = "colour the output (default: auto = only on a terminal, never with NO_COLOR set)"
@@ -371,10 +324,9 @@ def build_parser():
     ns.add_argument("--run-dir", default="/run/netns", help="where named namespaces live (default: /run/netns)")
     ns.set_defaults(func=_cmd_netns)
 
-    from skb import doctor, installer, replay
     doctor.add_parser(sub, raw, parents)
     replay.add_parser(sub, raw, parents)
-    installer.add_parsers(sub, raw, parents)
+    install.add_parsers(sub, raw, parents)
     return p
 
 

@@ -13,7 +13,7 @@ shape this module:
   inside stays bound to that netns after leaving.
 - The plugin's own netns as ``CNI_NETNS`` (a stale ``/proc/<pid>/ns/net`` after PID reuse, a runtime bug)
   would make the plugin reconfigure the node itself: ``is_own()`` recognises it by identity, and
-  ``skb.guard`` (the policy) refuses it *before* anything changes (Go's skel only notices after the
+  ``skb.linux.guard`` (the policy) refuses it *before* anything changes (Go's skel only notices after the
   damage, §1 of reference-plugins.md).
 
 Only C modules are imported here: this module is loaded on every plugin call. ``_ctypes`` (for ``setns``
@@ -23,7 +23,7 @@ import errno
 import os
 import sys
 
-from skb.errors import CNIError, INTERNAL, INVALID_ENV, INVALID_NETNS, IO_FAILURE, UNKNOWN_CONTAINER
+from skb.cni.errors import CNIError, INTERNAL, INVALID_ENV, INVALID_NETNS, IO_FAILURE, UNKNOWN_CONTAINER
 
 CLONE_NEWNET = 0x40000000
 NS_GET_NSTYPE = 0xB703             # _IO(0xb7, 0x3): which kind of namespace an nsfs file is

@@ -29,7 +29,7 @@ while testing a runtime. Configuration keys (besides ``cniVersion``, ``name``, `
 ``addHooks``, ``delHooks``, ``checkHooks`` (lists of argv lists)
     As in the reference: commands run inside ``CNI_NETNS`` (inheriting the plugin's environment), e.g.
     ``[["sh", "-c", "ip link set $CNI_IFNAME promisc on"]]``. Failures are only reported on stderr. They
-    are skipped when the namespace cannot be opened or is the node's own (see ``skb.guard``).
+    are skipped when the namespace cannot be opened or is the node's own (see ``skb.linux.guard``).
 ``inject`` (object)
     Behaviour per command, keyed by the ``CNI_COMMAND`` it applies to (``ADD``, ``DEL``, ``CHECK``,
     ``STATUS``, ``GC``); each value may hold:
@@ -62,8 +62,9 @@ Behaviour:
 import os
 import sys
 
-from skb import jsonio, skel
-from skb.errors import CNIError, DECODE, INTERNAL, INVALID_CONFIG, UNSUPPORTED_FIELD
+from skb.cni import jsonio
+from skb.plugin import skel
+from skb.cni.errors import CNIError, DECODE, INTERNAL, INVALID_CONFIG, UNSUPPORTED_FIELD
 
 _COMMANDS = ("ADD", "DEL", "CHECK", "STATUS", "GC")
 _TEXT_HEADER = {"ADD": "CmdAdd", "DEL": "CmdDel", "CHECK": "CmdCheck", "STATUS": "CmdStatus", "GC": "CmdGC"}
@@ -103,7 +104,7 @@ def pass_through(conf, note=_note):
     if not isinstance(prev, dict):
         raise CNIError(DECODE, "prevResult: expected an object",
                        "the previous plugin's result (or the runtime's cached one) is not a JSON object")
-    from skb import result
+    from skb.cni import result
     own = prev.get("cniVersion")
     if own in (None, "") or own == version:
         try:
@@ -265,7 +266,8 @@ class Call:
                                                 for h in hooks)):
             self.note(f"{_HOOKS[args.command]}: expected a list of argv lists such as [[\"ip\", \"link\"]]; not run")
             return
-        from skb import guard, netns
+        from skb.linux import guard
+        from skb.linux import netns
         try:
             ns = netns.NetNS.open(args.netns)
         except CNIError as e:

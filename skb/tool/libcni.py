@@ -19,7 +19,7 @@ run, so a configuration behaves here as it will on a node:
   (config as base64, CNI args, capability args, result), written after a successful ADD and removed
   after DEL, exactly as libcni writes it so runtimes and this tool can read each other's.
 
-Results are held as ``skb.result.Result`` values; the CLI is not on a plugin's call path, so this module
+Results are held as ``skb.cni.result.Result`` values; the CLI is not on a plugin's call path, so this module
 imports what it likes.
 """
 import base64
@@ -29,11 +29,13 @@ import os
 import subprocess
 import sys
 import time
+import hashlib
+import signal
 
-from skb import env as cnienv
-from skb import jsonio
-from skb import result as cniresult
-from skb.errors import CNIError, INVALID_CONFIG, UNKNOWN_CONTAINER
+from skb.cni import env as cnienv
+from skb.cni import jsonio
+from skb.cni import result as cniresult
+from skb.cni.errors import CNIError, INVALID_CONFIG, UNKNOWN_CONTAINER
 
 CURRENT_VERSION = "1.1.0"        # the spec version this library implements (libcni's version.Current())
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
@@ -455,7 +457,6 @@ def go_quote(s):
 
 def _exit_text(rc):
     if rc < 0:
-        import signal
         try:
             return f"signal: {signal.Signals(-rc).name[3:].lower()}"
         except ValueError:
@@ -565,7 +566,7 @@ class Attachment:
 
 
 # ---------------------------------------------------------------------------------------------------
-# results: skb.result values, with the one shape it refuses to write (a 0.1/0.2 result without an
+# results: skb.cni.result values, with the one shape it refuses to write (a 0.1/0.2 result without an
 # address, which Go's 0.2 type holds and writes) handled here
 
 def result_dict(res, version=None):
@@ -960,5 +961,4 @@ def go_abs(path):
 def cnitool_container_id(netns_path):
     """``cnitool-`` + the first 10 bytes of SHA-512 of the absolute netns path, in hex (so ADD and DEL
     with the same path name the same attachment)."""
-    import hashlib
     return "cnitool-" + hashlib.sha512(go_abs(netns_path).encode()).hexdigest()[:20]

@@ -4,7 +4,7 @@ The order of checks and the codes follow the Go ``skel`` (reference/cni-spec.md 
 are tested against Go plugins: an invalid container id or interface name is reported before missing
 variables, and "missing" means unset *or empty* (libcni always sets all six, empty when unused).
 """
-from skb.errors import CNIError, INVALID_ENV
+from skb.cni.errors import CNIError, INVALID_ENV
 
 ADD, DEL, CHECK, VERSION, STATUS, GC = "ADD", "DEL", "CHECK", "VERSION", "STATUS", "GC"
 COMMANDS = (ADD, DEL, CHECK, VERSION, STATUS, GC)

@@ -2,7 +2,7 @@
 
 Objects in, plain dicts and lists out: ``parse_result`` takes what a JSON decoder produced, ``to_dict``
 returns what a JSON encoder takes. Loaded on every plugin call, so it imports only ``_socket`` (to check
-and canonicalise addresses) and ``skb.errors``.
+and canonicalise addresses) and ``skb.cni.errors``.
 
 The conversion rules are Go's (``pkg/types/{020,040,100}``, see cni-spec.md §3.5). Decisions where the
 spec, Go or our strictness differ:
@@ -36,9 +36,9 @@ spec, Go or our strictness differ:
 Values are immutable and hashable; derive changed copies with ``replace(field=...)``.
 """
 
-from skb.addr import parse_text as _ip
-from skb.config import LATEST, SUPPORTED_VERSIONS  # one list of versions for the suite
-from skb.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
+from skb.cni.addr import parse_text as _ip
+from skb.cni.netconf import LATEST, SUPPORTED_VERSIONS  # one list of versions for the suite
+from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
 
 # Go's result packages: a result can be read only by its family's parser (cni-spec.md §3.4).
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",

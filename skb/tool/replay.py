@@ -22,8 +22,13 @@ import json
 import os
 import subprocess
 import sys
+import shutil
 
-from skb import libcni
+from skb.tool import libcni
+from skb.cni.errors import CNIError
+from skb.linux import netns
+from skb.linux import scratch_netns
+from skb.tool.style import Style
 
 _TEXT_COMMANDS = {"CmdAdd": "ADD", "CmdDel": "DEL", "CmdCheck": "CHECK", "CmdStatus": "STATUS", "CmdGC": "GC"}
 _TEXT_FIELDS = {"ContainerID": "CNI_CONTAINERID", "Netns": "CNI_NETNS", "IfName": "CNI_IFNAME",
@@ -130,8 +135,6 @@ def choose_plugin(rec, opts):
 
 
 def _is_netns(path):
-    from skb import netns
-    from skb.errors import CNIError
     try:
         netns.NetNS.open(path).close()
         return True
@@ -163,7 +166,6 @@ def _swap(text, old, new):
 
 def replay(rec, plugin, opts):
     """Run the call; returns a dict describing both outcomes."""
-    from skb import scratch_netns
     env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
     env.update({k: str(v) for k, v in rec["env"].items() if k.startswith("CNI_")})
     command = env.get("CNI_COMMAND", "")
@@ -260,8 +262,6 @@ def show(number, rec, outcome, style, width, out):
 
 
 def command(opts):
-    import shutil
-    from skb.cli import Style
     try:
         records = read_records(opts.file)
         number, rec = select(records, opts.number, opts.command)

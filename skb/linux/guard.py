@@ -20,8 +20,8 @@ keep working.
 import os
 import sys
 
-from skb import netns
-from skb.errors import CNIError, INVALID_NETNS
+from skb.linux import netns
+from skb.cni.errors import CNIError, INVALID_NETNS
 
 
 def _ident(path):

@@ -1,0 +1,196 @@
+"""``skb install`` and ``skb uninstall``: the command-line face of ``skb.install`` (which holds the logic and
+imports nothing of the rest of skb, so build/bundle.py can run it on the build host)."""
+import os
+import signal
+import sys
+import time
+
+from skb.applets import APPLETS
+from skb.install.installer import (DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK,
+                                   DEFAULT_TEMPLATE, LINK, InstallError, _VAR_RE, _say, conf_bytes,
+                                   install_config, install_suite, parse_pod_cidrs, render, suite_installed,
+                                   template_values, uninstall_config, uninstall_suite)
+from skb.tool.style import fail
+
+INSTALL_HELP = "install the suite into a CNI bin dir and write this node's network configuration"
+INSTALL_EPILOG = """\
+What it does, each step atomic (temporary file, then rename) and skipped when already done:
+  1. copies the suite (launchers + .skb bundle) from --from into --bin-dir;
+  2. fills the template with this node's pod CIDR and writes --conf-dir/--conf-name.
+A rerun is a no-op; a run killed half-way leaves the old files in place and the next run completes.
+It refuses to overwrite another network's configuration, or to write ours where another network's file
+sorts first (the runtime would keep using that one), unless --force.
+
+template variables (${NAME}):
+  POD_CIDR     the first pod CIDR, e.g. 10.244.1.0/24
+  POD_RANGES   host-local "ranges": [[{"subnet": "<cidr>"}], ...], one range set per CIDR (dual stack)
+  POD_ROUTES   host-local "routes": a default route per family
+  any NAME given with --set NAME=VALUE
+
+environment: SKB_POD_CIDR (as --pod-cidr), SKB_UNINSTALL_ON_STOP=true (as --uninstall-on-stop)
+
+examples:
+  skb install --pod-cidr 10.244.1.0/24
+  skb install --from /opt/skb-cni/bin --bin-dir /host/opt/cni/bin --conf-dir /host/etc/cni/net.d \\
+      --pod-cidr-file /run/skb/pod-cidrs --wait
+  skb install --bin-dir /tmp/bin --no-config"""
+
+UNINSTALL_HELP = "remove this node's skb network configuration (and with --purge the suite)"
+UNINSTALL_EPILOG = """\
+Without its configuration the runtime reports the node's network as not ready: kubelet marks the node
+NotReady instead of starting pods without networking. The plugins stay, so pods still running can be
+torn down; --purge removes the launchers (only files that are skb-cni's) and the bundle too, for a
+drained node. Another network's file at the same path is kept unless --force.
+
+examples:
+  skb uninstall
+  skb uninstall --conf-dir /host/etc/cni/net.d --purge --bin-dir /host/opt/cni/bin"""
+
+
+def default_source():
+    """The bin dir this frozen program runs from (``<bin dir>/.skb-<v>-<h>/_internal``), or None."""
+    meipass = getattr(sys, "_MEIPASS", None)
+    if not meipass:
+        return None
+    bindir = os.path.dirname(os.path.dirname(os.path.abspath(meipass)))
+    return bindir if os.path.islink(os.path.join(bindir, LINK)) else None
+
+
+def _true(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def add_parsers(sub, raw, parents):
+    p = sub.add_parser("install", parents=parents, help=INSTALL_HELP, description=INSTALL_HELP + ".",
+                       epilog=INSTALL_EPILOG, formatter_class=raw)
+    p.add_argument("--from", dest="source", metavar="DIR",
+                   help="the suite to install (default: the bin dir this skb runs from)")
+    p.add_argument("--bin-dir", default=DEFAULT_BIN_DIR, help=f"where to install (default: {DEFAULT_BIN_DIR})")
+    p.add_argument("--conf-dir", default=DEFAULT_CONF_DIR, help=f"CNI conf dir (default: {DEFAULT_CONF_DIR})")
+    p.add_argument("--conf-name", default=DEFAULT_CONF_NAME, help=f"file name (default: {DEFAULT_CONF_NAME})")
+    p.add_argument("--template", metavar="FILE", help="conflist template (default: ptp + host-local over the "
+                                                        "pod CIDR, network \"skb\")")
+    p.add_argument("--pod-cidr", action="append", metavar="CIDR",
+                   help="this node's pod CIDR (repeat, or comma-separate, for dual stack; default: $SKB_POD_CIDR)")
+    p.add_argument("--pod-cidr-file", metavar="FILE",
+                   help="read the pod CIDRs from FILE, e.g. written by kubectl get node -o jsonpath={.spec.podCIDRs[*]}")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="another template variable")
+    p.add_argument("--no-config", action="store_true", help="install the suite only")
+    p.add_argument("--force", action="store_true", help="write our config even over or behind another network's")
+    p.add_argument("--wait", action="store_true",
+                   help="then keep running (a DaemonSet's container): re-install whatever goes missing")
+    p.add_argument("--interval", type=float, default=60.0, help="seconds between checks with --wait (default: 60)")
+    p.add_argument("--uninstall-on-stop", action="store_true",
+                   help="with --wait: remove our config on SIGTERM (when removing skb-cni from a cluster)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print errors only")
+    p.set_defaults(func=cmd_install)
+
+    u = sub.add_parser("uninstall", parents=parents, help=UNINSTALL_HELP, description=UNINSTALL_HELP + ".",
+                       epilog=UNINSTALL_EPILOG, formatter_class=raw)
+    u.add_argument("--bin-dir", default=DEFAULT_BIN_DIR, help=f"with --purge (default: {DEFAULT_BIN_DIR})")
+    u.add_argument("--conf-dir", default=DEFAULT_CONF_DIR, help=f"CNI conf dir (default: {DEFAULT_CONF_DIR})")
+    u.add_argument("--conf-name", default=DEFAULT_CONF_NAME, help=f"file name (default: {DEFAULT_CONF_NAME})")
+    u.add_argument("--network", default=DEFAULT_NETWORK,
+                   help=f"the name of our network in that file (default: {DEFAULT_NETWORK})")
+    u.add_argument("--force", action="store_true", help="remove the file even if it holds another network")
+    u.add_argument("--purge", action="store_true", help="remove the launchers and the bundle too")
+    u.add_argument("-q", "--quiet", action="store_true", help="print errors only")
+    u.set_defaults(func=cmd_uninstall)
+
+
+def _log(opts):
+    return None if opts.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+def _rendered_config(opts):
+    """The conflist dict this node gets, from the template and the pod CIDR sources."""
+    if opts.template:
+        try:
+            with open(opts.template, encoding="utf-8") as f:
+                template, source = f.read(), opts.template
+        except OSError as e:
+            raise InstallError(f"cannot read the template {opts.template}: {e.strerror}") from None
+    else:
+        template, source = DEFAULT_TEMPLATE, "the built-in template"
+    cidrs = []
+    if opts.pod_cidr:
+        cidrs = parse_pod_cidrs(",".join(opts.pod_cidr), "--pod-cidr")
+    elif opts.pod_cidr_file:
+        try:
+            with open(opts.pod_cidr_file, encoding="utf-8") as f:
+                cidrs = parse_pod_cidrs(f.read(), opts.pod_cidr_file)
+        except OSError as e:
+            raise InstallError(f"cannot read the pod CIDR file {opts.pod_cidr_file}: {e.strerror}") from None
+    elif os.environ.get("SKB_POD_CIDR", "").strip():
+        cidrs = parse_pod_cidrs(os.environ["SKB_POD_CIDR"], "SKB_POD_CIDR")
+    extra = {}
+    for item in opts.set:
+        name, sep, value = item.partition("=")
+        if not sep or not _VAR_RE.fullmatch("${" + name + "}"):
+            raise InstallError(f"--set {item!r}: expected NAME=VALUE, e.g. --set MTU=1450")
+        extra[name] = value
+    return render(template, template_values(cidrs, extra), source)
+
+
+def _install_once(opts, source, conf, log):
+    changed = install_suite(source, opts.bin_dir, log=log)
+    if conf is not None:
+        changed |= install_config(opts.conf_dir, opts.conf_name, conf, force=opts.force, log=log)
+    return changed
+
+
+def cmd_install(opts):
+    log = _log(opts)
+    source = opts.source or default_source()
+    if not source:
+        return fail("skb install", "--from DIR is required when skb does not run from an installed suite", opts)
+    uninstall_on_stop = opts.uninstall_on_stop or _true(os.environ.get("SKB_UNINSTALL_ON_STOP", ""))
+    stop = []
+    if opts.wait:
+        # Before anything else: as a container's PID 1, a signal without a handler is ignored. A stop
+        # during the first install lets it finish, then exits.
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(signal.SIGTERM))
+        signal.signal(signal.SIGINT, lambda *_: stop.append(signal.SIGINT))
+    try:
+        conf = None if opts.no_config else _rendered_config(opts)
+        _install_once(opts, source, conf, log)
+        if not opts.wait:
+            return 0
+        _say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
+        while not stop:
+            deadline = time.monotonic() + opts.interval
+            while not stop and time.monotonic() < deadline:
+                time.sleep(min(0.2, opts.interval))
+            if stop:
+                break
+            if not suite_installed(source, opts.bin_dir) or (conf is not None and not _conf_current(opts, conf)):
+                _say(log, "install: something went missing: installing again")
+                _install_once(opts, source, conf, log)
+        if uninstall_on_stop and conf is not None:
+            uninstall_config(opts.conf_dir, opts.conf_name, conf["name"], log=log)
+        return 0
+    except InstallError as e:
+        return fail("skb install", str(e), opts)
+    except OSError as e:
+        return fail("skb install", f"{e.filename or ''}: {e.strerror}", opts)
+
+
+def _conf_current(opts, conf):
+    try:
+        with open(os.path.join(opts.conf_dir, opts.conf_name), "rb") as f:
+            return f.read() == conf_bytes(conf)
+    except OSError:
+        return False
+
+
+def cmd_uninstall(opts):
+    log = _log(opts)
+    try:
+        uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
+        if opts.purge:
+            uninstall_suite(opts.bin_dir, APPLETS, log=log)
+        return 0
+    except InstallError as e:
+        return fail("skb uninstall", str(e), opts)
+    except OSError as e:
+        return fail("skb uninstall", f"{e.filename or ''}: {e.strerror}", opts)

@@ -1,0 +1,47 @@
+"""Terminal styling and error lines of the ``skb`` command, in one place."""
+import os
+import sys
+
+
+
+class Style:
+    """ANSI colour when enabled (a terminal, no NO_COLOR, TERM not dumb, or --color always)."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream, when="auto"):
+        if when == "always":
+            return cls(True)
+        if when == "never":
+            return cls(False)
+        try:
+            tty = stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        return cls(tty and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") != "dumb")
+
+    def _wrap(self, code, text):
+        return f"\033[{code}m{text}\033[0m" if self.enabled else text
+
+    def red(self, text):
+        return self._wrap("31", text)
+
+    def yellow(self, text):
+        return self._wrap("33", text)
+
+    def green(self, text):
+        return self._wrap("32", text)
+
+    def bold(self, text):
+        return self._wrap("1", text)
+
+    def dim(self, text):
+        return self._wrap("2", text)
+
+
+def fail(prog, msg, opts=None):
+    style = Style.for_stream(sys.stderr, getattr(opts, "color", "auto"))
+    print(f"{prog}: {style.red('error')}: {msg}", file=sys.stderr)
+    return 1
