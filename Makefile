@@ -10,7 +10,7 @@
 #
 # A fresh Debian 12 or 13 clone needs only make (README): install depends on build, build on deps.
 #
-#   make fresh-check DIST=bookworm|trixie   release check: the README's set-up commands in a fresh
+#   make fresh-check [DIST=bookworm|trixie]  release check: the README's set-up commands in a fresh
 #                                           debootstrap root (build/fresh-check; not part of make test)
 
 SHELL       := /bin/bash
@@ -96,10 +96,10 @@ bench: build
 	@rc=0; for b in bench/*.py; do \
 	    echo "== $$b"; tests/sandbox $(VENV)/bin/python $$b --bin-dir dist/bin || rc=1; done; exit $$rc
 
-# Not part of `make test`: minutes per distro, and it needs the Debian mirror and PyPI.
-DIST ?= bookworm
+# Not part of `make test`: minutes per distro, and it needs the Debian mirror and PyPI. DIST: one or both.
+DIST ?= bookworm trixie
 fresh-check:
-	build/fresh-check $(DIST)
+	@rc=0; for d in $(DIST); do build/fresh-check $$d || rc=1; done; exit $$rc
 
 clean:
 	rm -rf dist $(WORK)
