@@ -34,9 +34,9 @@ import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from skb.install import installer  # noqa: E402  standard library only, like this script
-from skb.install.installer import (BUNDLE_RE, LINK, TMP_PREFIX, launchers, manifest_lines, tree_files,  # noqa: E402,F401
-                           verify)
+from skb.install import files, suite  # noqa: E402  standard library only, like this script
+from skb.install.files import (BUNDLE_RE, LINK, TMP_PREFIX, launchers, manifest_lines, tree_files,  # noqa: E402,F401
+                               verify)
 
 LOADER = "ld-linux-x86-64.so.2"
 ELF_MAGIC = b"\x7fELF"
@@ -170,16 +170,16 @@ def stage(args):
 
 def staged_bundle(src):
     try:
-        return installer.staged_bundle(src)
-    except installer.InstallError as e:
+        return files.staged_bundle(src)
+    except files.InstallError as e:
         die(str(e))
 
 
 def install(args):
-    """The logic is skb/installer.py's (shared with `skb install`, which a DaemonSet runs on each node)."""
+    """The logic is skb/install/suite.py's (shared with `skb install`, which a DaemonSet runs on each node)."""
     try:
-        installer.install_suite(args.src, args.dest)
-    except installer.InstallError as e:
+        suite.install_suite(args.src, args.dest)
+    except files.InstallError as e:
         die(str(e))
 
 

@@ -19,7 +19,10 @@ IN_PROCESS_IPAM = ("host-local",)
 
 def _fast_version():
     import os  # already loaded by the interpreter's start-up in the frozen bundle
-    return os.environ.get("CNI_COMMAND") == "VERSION" and not os.environ.get("SKB_DEBUG_LOG")
+    # With SKB_DEBUG_LOG set, or stdout closed, the dispatcher handles VERSION: it records the call and
+    # reports an answer it cannot deliver.
+    return (os.environ.get("CNI_COMMAND") == "VERSION" and not os.environ.get("SKB_DEBUG_LOG")
+            and sys.stdout is not None)
 
 
 def main(argv=None):

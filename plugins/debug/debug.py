@@ -51,11 +51,15 @@ Behaviour:
 - ADD outputs ``prevResult`` unchanged when it is in the configuration's ``cniVersion`` (a missing
   ``cniVersion`` in it is filled in); a prevResult in another version is converted to the
   configuration's. Alone it answers a minimal valid result: ``{"cniVersion": V}`` for 1.x and
-  ``{"cniVersion": V, "dns": {}}`` for 0.x (Go's debug plugin fails on 0.1.0/0.2.0 instead; a 0.1/0.2
-  result without an address is what libcni's parser accepts).
-- DEL never fails, unless ``inject.DEL.error`` says so: a malformed ``inject`` (ignored as a whole), an
-  unwritable record file or a failing hook is reported on stderr and DEL succeeds. (The protocol errors every plugin
-  reports, such as a missing CNI_CONTAINERID or stdin that is not JSON, still apply.)
+  ``{"cniVersion": V, "dns": {}}`` for 0.3.0-0.4.0. A 0.1.0/0.2.0 result must hold an IP address, so
+  alone in those versions ADD fails (code 1, as Go's debug plugin does) rather than answer an empty one.
+- The known keys are checked: ``cniOutput`` and ``captureFile`` must be absolute paths of regular files
+  (created if missing; never a FIFO, a device or a directory), the hooks lists of argv lists; anything
+  else is code 7 naming the key, before the call does anything.
+- DEL never fails, unless ``inject.DEL.error`` says so: a malformed ``inject`` (ignored as a whole), a
+  malformed key (ignored), an unusable record file or a failing hook is reported on stderr and DEL
+  succeeds. (The protocol errors every plugin reports, such as a missing CNI_CONTAINERID or stdin that
+  is not JSON, still apply.)
 - CHECK, STATUS and GC succeed with no output (the reference prints an empty result on DEL and CHECK;
   runtimes ignore it, the spec expects none).
 """
@@ -63,8 +67,9 @@ import os
 import sys
 
 from skb.cni import jsonio
+from skb.cni import netconf
 from skb.plugin import skel
-from skb.cni.errors import CNIError, DECODE, INTERNAL, INVALID_CONFIG, UNSUPPORTED_FIELD
+from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INTERNAL, INVALID_CONFIG, UNSUPPORTED_FIELD
 
 _COMMANDS = ("ADD", "DEL", "CHECK", "STATUS", "GC")
 _TEXT_HEADER = {"ADD": "CmdAdd", "DEL": "CmdDel", "CHECK": "CmdCheck", "STATUS": "CmdStatus", "GC": "CmdGC"}
@@ -90,7 +95,11 @@ class _Verbatim:
 
 def minimal_result(version):
     """The smallest valid ADD result in ``version``: 1.x needs only cniVersion; Go writes an empty dns for
-    0.x and its 0.1/0.2 parser accepts a result without addresses."""
+    0.3/0.4. A 0.1/0.2 result has no place for "no address": that is an error, as in Go."""
+    if version in ("0.1.0", "0.2.0"):
+        raise CNIError(INCOMPATIBLE_VERSION, "cannot convert: no valid IP addresses",
+                       f"a cniVersion {version} result must hold an IP address and the debug plugin alone has "
+                       "none: give it a prevResult, or use cniVersion 0.3.0 or later")
     return {"cniVersion": version} if version.startswith("1.") else {"cniVersion": version, "dns": {}}
 
 
@@ -179,6 +188,35 @@ def inject_entry(raw, command):
 
 
 # ---------------------------------------------------------------------------------------------------
+# the other known keys
+
+def _check_hooks(key, hooks):
+    if not (isinstance(hooks, list) and all(isinstance(h, list) and h and all(isinstance(a, str) for a in h)
+                                            for h in hooks)):
+        raise CNIError(INVALID_CONFIG, f"invalid field {key}: expected a list of argv lists, found "
+                                       f"{netconf._describe(hooks)}", f'e.g. "{key}": [["ip", "link"]]')
+    return hooks
+
+
+def settings(raw, strict=True, note=_note):
+    """The known keys besides ``inject``, checked: {key: value} for those present. ``strict`` raises the
+    first problem (code 7 naming the key); otherwise a bad key is reported through ``note`` and left out."""
+    out = {}
+    for key in ("cniOutput", "captureFile", "addHooks", "delHooks", "checkHooks"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        try:
+            out[key] = netconf.check_path(value, key) if key in ("cniOutput", "captureFile") \
+                else _check_hooks(key, value)
+        except CNIError as e:
+            if strict:
+                raise
+            note(f"ignoring {key}: {e}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
 # one call
 
 class Call:
@@ -190,6 +228,7 @@ class Call:
         self.stdin = stdin if isinstance(stdin, (bytes, str)) else b""
         self.raw_stdout = None
         self.stderr = []
+        self.capture_ok = True
 
     def note(self, msg):
         """A remark for stderr; kept with the call so the capture records it too."""
@@ -201,14 +240,19 @@ class Call:
 
     # -- callbacks
     def add(self, args, conf):
-        entry = self._begin(args, conf)
+        entry, keys = self._settings(args, conf)
+        self._record(args, keys)
+        answer = None
+        if "result" not in entry and entry.get("error") is None:
+            answer = pass_through(conf, self.note)  # a prevResult that cannot be answered: fail before the hooks
+        self._act(args, entry, keys)
         if "result" in entry:
             given = entry["result"]
             if isinstance(given, str):
                 self.raw_stdout = given
                 return _Verbatim({})
             return _Verbatim(given)
-        return _Verbatim(pass_through(conf, self.note))
+        return _Verbatim(answer)
 
     def delete(self, args, conf):
         self._begin(args, conf)
@@ -224,20 +268,43 @@ class Call:
 
     # -- shared steps
     def _begin(self, args, conf):
-        """Record, run hooks, then apply the injected behaviour (raising its error)."""
+        """Check the keys, record, run hooks, then apply the injected behaviour (raising its error)."""
+        entry, keys = self._settings(args, conf)
+        self._record(args, keys)
+        self._act(args, entry, keys)
+        return entry
+
+    def _settings(self, args, conf):
+        """The inject entry and the other keys, checked; DEL reports problems and carries on."""
         command = args.command
-        if command == "DEL":
-            try:
-                entry = inject_entry(conf.raw, command)
-            except CNIError as e:
-                self.note(f"ignoring inject ({e}); DEL succeeds")
-                entry = {}
-        else:
+        strict = command != "DEL"
+        try:
             entry = inject_entry(conf.raw, command)
-        path = conf.raw.get("cniOutput")
-        if isinstance(path, str) and path:
-            self._write_text_record(path, command, args)
-        hooks = conf.raw.get(_HOOKS.get(command, ""))
+        except CNIError as e:
+            if strict:
+                raise
+            self.note(f"ignoring inject ({e}); DEL succeeds")
+            entry = {}
+        keys = settings(conf.raw, strict, self.note)
+        capture = keys.get("captureFile")
+        if capture:  # written after the call: refuse a file that cannot take it now, not after the fact
+            from skb.linux import files
+            try:
+                os.close(files.open_append(capture, "captureFile", 0o600))
+            except CNIError as e:
+                if strict:
+                    raise
+                self.note(f"not capturing this call: {e}")
+                self.capture_ok = False
+        return entry, keys
+
+    def _record(self, args, keys):
+        path = keys.get("cniOutput")
+        if path:
+            self._write_text_record(path, args.command, args)
+
+    def _act(self, args, entry, keys):
+        hooks = keys.get(_HOOKS.get(args.command, ""))
         if hooks:
             self._run_hooks(hooks, args)
         if entry.get("stderr"):
@@ -249,23 +316,21 @@ class Call:
         if err is not None:
             raise CNIError(err.get("code", INTERNAL), err.get("msg", "error injected by the debug plugin"),
                            err.get("details", ""))
-        return entry
 
     def _write_text_record(self, path, command, args):
         stdin = self.stdin.decode("utf-8", "replace") if isinstance(self.stdin, bytes) else self.stdin
         text = (f"{_TEXT_HEADER[command]}\nContainerID: {args.container_id}\nNetns: {args.netns}\n"
                 f"IfName: {args.ifname}\nArgs: {args.args}\nPath: {self.environ.get('CNI_PATH', '')}\n"
                 f"StdinData: {stdin}\n----------------------\n")
+        from skb.linux import files
         try:
-            append(path, text.encode(), 0o644)
-        except OSError as e:
-            self.note(f"cannot append to cniOutput {path}: {e.strerror or e}")
+            files.append(path, "cniOutput", text.encode("utf-8", "replace"), 0o644)
+        except CNIError as e:
+            if command != "DEL":
+                raise
+            self.note(f"cannot append to cniOutput: {e}")
 
     def _run_hooks(self, hooks, args):
-        if not (isinstance(hooks, list) and all(isinstance(h, list) and h and all(isinstance(a, str) for a in h)
-                                                for h in hooks)):
-            self.note(f"{_HOOKS[args.command]}: expected a list of argv lists such as [[\"ip\", \"link\"]]; not run")
-            return
         from skb.linux import guard
         from skb.linux import netns
         try:
@@ -289,15 +354,6 @@ class Call:
                     if p.returncode:
                         self.note(f"hook {argv!r} exited {p.returncode}: OUTPUT: {p.stdout.decode(errors='replace')} "
                               f"ERR: {p.stderr.decode(errors='replace')}")
-
-
-def append(path, data, mode):
-    """Append ``data`` with one write (O_APPEND: concurrent calls do not interleave their records)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 def run(environ, stdin):
@@ -326,35 +382,21 @@ def capture_path(out):
 
 def _stdin_for(environ):
     """Read stdin up front (the text record quotes it verbatim), except where skel must not or wants to
-    report the problem itself: VERSION and a missing command (stdin may stay open), a terminal."""
-    if environ.get("CNI_COMMAND", "") in ("", "VERSION") or sys.stdin.isatty():
+    report the problem itself: VERSION and a missing command (stdin may stay open), a terminal, a
+    closed or unreadable stdin."""
+    if environ.get("CNI_COMMAND", "") in ("", "VERSION"):
         return sys.stdin
     try:
-        return sys.stdin.buffer.read()
-    except OSError:
-        return sys.stdin  # skel reads again and reports the I/O error with its code
+        return skel.read_stdin(sys.stdin)
+    except CNIError:
+        return sys.stdin  # skel reads again and reports the problem with its code
 
 
 def main(argv=None):
     from time import perf_counter
-    environ = os.environ
     started = perf_counter()
+    skel.fill_std_fds()
+    environ = os.environ
     out, call = run(environ, _stdin_for(environ))
-    if out.stdout:
-        sys.stdout.write(out.stdout)
-    if out.stderr:
-        sys.stderr.write(out.stderr)
-    duration = perf_counter() - started
-    done = set()
-    for path in (skel.debug_log_path(environ, out.conf), capture_path(out)):
-        if not path or os.path.abspath(path) in done:
-            continue
-        done.add(os.path.abspath(path))
-        try:
-            skel.append_debug_log(path, call.plugin(), environ, out, duration)
-        except OSError as e:
-            sys.stderr.write(f"debug: cannot append to {path}: {e.strerror or e}\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(out.code)
-
+    capture = capture_path(out) if call.capture_ok else ""
+    skel.finish(call.plugin(), environ, out, started, [("captureFile", capture)] if capture else [])

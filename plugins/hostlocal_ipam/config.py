@@ -229,19 +229,23 @@ def parse(conf, args_raw, command):
                            f"CNI version {conf.cni_version} does not support more than 1 address per family",
                            "use cniVersion 0.3.0 or later for several range sets of one family")
     requested = _requested(conf, args_raw, "ipam") if command in ("ADD", "DEL", "CHECK") else []
-    data_dir = cfg.get(ipam, "dataDir", str, "ipam") or DEFAULT_DATA_DIR
+    data_dir = cfg.get_path(ipam, "dataDir", "ipam", DEFAULT_DATA_DIR)
     return IPAMConfig(conf.name, range_sets, _routes(ipam), data_dir,
-                      cfg.get(ipam, "resolvConf", str, "ipam") or "", requested)
+                      cfg.get_path(ipam, "resolvConf", "ipam"), requested)
+
+
+# resolv.conf is a few lines (glibc reads at most 3 nameservers, 6 search domains); the bound keeps a
+# resolvConf naming a huge file harmless.
+RESOLV_CONF_LIMIT = 1 << 20
 
 
 def read_resolv_conf(path):
-    """The reference's resolv.conf reading: nameserver, domain, search, options lines; comments skipped."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise CNIError(INVALID_CONFIG, f"cannot read ipam.resolvConf {path!r}: {e.strerror}",
-                       "point resolvConf at a readable resolv.conf file, or remove it") from None
+    """The reference's resolv.conf reading: nameserver, domain, search, options lines; comments skipped.
+    The file is opened safely (a regular file only, never a FIFO or a device) and read with a bound."""
+    from skb.linux import files
+    data = files.read_regular(path, "ipam.resolvConf", RESOLV_CONF_LIMIT,
+                              "point resolvConf at a readable resolv.conf file, or remove it")
+    lines = data.decode("utf-8", "replace").splitlines()
     dns = {"nameservers": [], "domain": "", "search": [], "options": []}
     for line in lines:
         line = line.strip()

@@ -63,7 +63,7 @@ def _data_dir(conf):
         ipam = None
     if not isinstance(ipam, dict):
         raise CNIError(INVALID_CONFIG, "IPAM config missing 'ipam' key", "host-local reads dataDir from \"ipam\"")
-    return cfg.get(ipam, "dataDir", str, "ipam") or hcfg.DEFAULT_DATA_DIR
+    return cfg.get_path(ipam, "dataDir", "ipam", hcfg.DEFAULT_DATA_DIR)
 
 
 def cmd_del(args, conf):

@@ -69,6 +69,45 @@ class JSONSyntaxError(ValueError):
         return f"{line}\n{' ' * col}^"
 
 
+# Python refuses to turn longer digit strings into ints (sys.int_max_str_digits, 4300 by default); the
+# limit is ours so that the answer does not depend on the interpreter's setting.
+MAX_INT_DIGITS = 4300
+
+
+def _checked_int(s):
+    digits = len(s) - (s[0] == "-")
+    if digits > MAX_INT_DIGITS:
+        raise _BadToken(f"number too long ({digits} digits; at most {MAX_INT_DIGITS})", s)
+    try:
+        return int(s)
+    except ValueError:  # a lower interpreter limit
+        raise _BadToken(f"number too long ({digits} digits)", s) from None
+
+
+def _replace_surrogates(s):
+    return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in s)
+
+
+def _has_surrogate(s):
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _clean(obj):
+    """``obj`` with every lone UTF-16 surrogate in its strings (keys too) replaced by U+FFFD, as Go's
+    decoder does: such a string cannot be printed, written to a file or used as a path."""
+    if isinstance(obj, str):
+        return _replace_surrogates(obj) if _has_surrogate(obj) else obj
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, dict):
+        return {_clean(k): _clean(v) for k, v in obj.items()}
+    return obj
+
+
 def loads(data):
     """Decode ``data`` (str or UTF-8 bytes). Raises JSONSyntaxError (a ValueError) with a location."""
     if isinstance(data, (bytes, bytearray)):
@@ -76,8 +115,11 @@ def loads(data):
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise JSONSyntaxError("invalid UTF-8 byte", data.decode("utf-8", "replace"), e.start) from None
+        # Decoded UTF-8 holds no surrogates: only a \\uD8xx-\\uDFxx escape can make a lone one.
+        suspect = "\\ud" in text or "\\uD" in text
     else:
         text = data
+        suspect = "\\ud" in text or "\\uD" in text or _has_surrogate(text)
     n = len(text)
     i = 0
     while i < n and text[i] in _WS:
@@ -91,7 +133,9 @@ def loads(data):
     except _BadToken as e:
         raise JSONSyntaxError(str(e), text, max(text.find(e.token, i), i)) from None
     except ValueError as e:  # json.JSONDecodeError, when json.decoder happens to be loaded
-        raise _explain(text, getattr(e, "pos", i)) from None
+        if getattr(e, "pos", None) is None:  # int() refused a digit string: find and name the number
+            raise _locate_bad_number(text, i) from None
+        raise _explain(text, e.pos) from None
     except SystemError:
         # The C scanner builds its error from json.decoder, but only when that module is already
         # loaded; otherwise it fails without an exception. Let the pure decoder find the spot.
@@ -104,7 +148,24 @@ def loads(data):
         end += 1
     if end != n:
         raise JSONSyntaxError("extra data after the JSON value", text, end)
+    if suspect:
+        try:
+            obj = _clean(obj)
+        except RecursionError:
+            raise JSONSyntaxError("nesting too deep", text, i) from None
     return obj
+
+
+def _locate_bad_number(text, i):
+    ctx = _ScanContext()
+    ctx.parse_int = _checked_int
+    try:
+        _json.make_scanner(ctx)(text, i)
+    except _BadToken as e:
+        return JSONSyntaxError(str(e), text, max(text.find(e.token, i), i))
+    except (ValueError, StopIteration, RecursionError, SystemError):
+        pass
+    return JSONSyntaxError("invalid number", text, i)
 
 
 def _explain(text, pos):
@@ -193,5 +254,10 @@ _encode = _json.make_encoder(None, None, _json.encode_basestring, None, ":", ","
 
 
 def dumps(obj):
-    """Compact JSON, UTF-8 text kept as is (Go's encoder does the same)."""
-    return "".join(_encode(obj, 0))
+    """Compact JSON, UTF-8 text kept as is (Go's encoder does the same). Never yields text that cannot
+    be encoded as UTF-8: a lone surrogate (from a str made in Python, or a non-UTF-8 byte carried by
+    os.environ's surrogateescape) is written as U+FFFD, as Go writes invalid UTF-8."""
+    s = "".join(_encode(obj, 0))
+    if not s.isascii() and _has_surrogate(s):
+        s = _replace_surrogates(s)
+    return s

@@ -37,6 +37,13 @@ def lookup(obj, key):
     raise KeyError(key)
 
 
+def lookup_default(obj, key, default=None):
+    try:
+        return lookup(obj, key)
+    except KeyError:
+        return default
+
+
 def get(obj, key, kind, where, default=None, required=False):
     """A typed field of the JSON object ``obj`` found at path ``where``.
 
@@ -62,6 +69,38 @@ def get(obj, key, kind, where, default=None, required=False):
         raise CNIError(INVALID_CONFIG, f"invalid field {path}: expected {_TYPE_NAMES[kind]}, found {_describe(value)}",
                        f"fix {path} in the network configuration")
     return value
+
+
+def check_path(path, key, where=""):
+    """A path-valued key's value: a non-empty absolute path without NUL bytes, else code 7 naming the key.
+    A relative path would be resolved against whatever directory the runtime runs in."""
+    name = f"{where}.{key}" if where else key
+    if not isinstance(path, str) or not path:
+        raise CNIError(INVALID_CONFIG, f"invalid field {name}: expected a file path, found {_describe(path)}",
+                       f"set {name} to an absolute path such as /var/log/x, or remove it")
+    if "\0" in path:
+        raise CNIError(INVALID_CONFIG, f"invalid field {name}: the path contains a NUL byte",
+                       f"remove the \\u0000 from {name}")
+    if path[0] != "/":
+        raise CNIError(INVALID_CONFIG, f"invalid field {name}: {jsonio.dumps(path)} is a relative path",
+                       f"make {name} absolute (starting with /): a relative path would be resolved against "
+                       "the runtime's working directory")
+    return path
+
+
+def get_path(obj, key, where, default=""):
+    """A path-valued field (see check_path); absent, null or "" -> ``default``."""
+    value = get(obj, key, str, where)
+    return check_path(value, key, where) if value else default
+
+
+def check_version_string(v, where="cniVersion"):
+    """A version string is one to three dot-separated decimal numbers ("1.1.0"; Go also reads "1.1").
+    Anything else is not a version at all: code 6, as the spec's error table says."""
+    parts = v.split(".")
+    if len(parts) > 3 or not all(p and p.isascii() and p.isdigit() for p in parts):
+        raise CNIError(DECODE, f"invalid {where}: {jsonio.dumps(v)} is not a version string",
+                       'a CNI version is written like "1.1.0"')
 
 
 def parse_json_stdin(data, what="network configuration on stdin"):
@@ -105,9 +144,15 @@ def parse(data):
     if not valid_name(name):
         raise CNIError(INVALID_CONFIG, "invalid characters found in network name",
                        f"name {name!r}: use letters, digits, '_', '.' and '-', starting with a letter or digit")
-    version = get(raw, "cniVersion", str, "")
-    for key, kind in (("type", str), ("runtimeConfig", dict), ("args", dict), ("skbDebugLog", str)):
+    version = lookup_default(raw, "cniVersion")
+    if version is not None and not isinstance(version, str):  # Go: "decoding version from network config"
+        raise CNIError(DECODE, f"invalid field cniVersion: expected a string, found {_describe(version)}",
+                       'a CNI version is a string such as "1.1.0"')
+    if version:
+        check_version_string(version)
+    for key, kind in (("type", str), ("runtimeConfig", dict), ("args", dict)):
         get(raw, key, kind, "")
+    get_path(raw, "skbDebugLog", "")
     conf = NetConf(raw, data if isinstance(data, bytes) else data.encode())
     conf.cni_version = version or "0.1.0"  # a missing cniVersion means 0.1.0 (spec)
     return conf

@@ -50,21 +50,38 @@ def _about(plugin):
             "network configuration on stdin; see 'skb --help' to run it by hand.\n")
 
 
-def _read_stdin(stdin):
-    if stdin.isatty():
-        raise CNIError(DECODE, "no network configuration on stdin (it is a terminal)",
-                       "pipe the plugin's JSON configuration to stdin, as a runtime does")
+# A network configuration with its prevResult is a few KiB; a bound keeps /dev/zero on stdin harmless.
+STDIN_LIMIT = 16 << 20
+
+
+def read_stdin(stdin):
+    """The bytes of ``stdin`` (a file object, or None when the runtime started us with it closed)."""
+    if stdin is None:
+        raise CNIError(DECODE, "no network configuration: stdin is closed",
+                       "the runtime must pass the plugin's JSON configuration on stdin")
     try:
-        return stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
-    except OSError as e:
-        raise CNIError(IO_FAILURE, f"error reading from stdin: {e.strerror or e}") from None
+        if stdin.isatty():
+            raise CNIError(DECODE, "no network configuration on stdin (it is a terminal)",
+                           "pipe the plugin's JSON configuration to stdin, as a runtime does")
+        data = stdin.buffer.read(STDIN_LIMIT + 1) if hasattr(stdin, "buffer") else stdin.read(STDIN_LIMIT + 1)
+    except (OSError, ValueError) as e:  # ValueError: a file object closed in this process
+        raise CNIError(IO_FAILURE, f"error reading the network configuration from stdin: "
+                                   f"{getattr(e, 'strerror', None) or e}") from None
+    if len(data) > STDIN_LIMIT:
+        raise CNIError(DECODE, f"the network configuration on stdin is larger than {STDIN_LIMIT} bytes",
+                       "a CNI configuration is a JSON object of a few KiB")
+    return data
+
+
+_read_stdin = read_stdin
 
 
 class Outcome:
-    """What one call produced: exit code, stdout, stderr, the parsed config (if it got that far) and
-    the raw stdin (for the debug log)."""
+    """What one call produced: exit code, stdout, stderr, the parsed config (if it got that far), the
+    raw stdin (for the debug log), and for a successful ADD ``undo`` (runs the plugin's DEL: the answer
+    could not be delivered)."""
 
-    __slots__ = ("code", "stdout", "stderr", "conf", "stdin")
+    __slots__ = ("code", "stdout", "stderr", "conf", "stdin", "undo")
 
     def __init__(self, code, stdout, stderr="", conf=None, stdin=b""):
         self.code = code
@@ -72,13 +89,45 @@ class Outcome:
         self.stderr = stderr
         self.conf = conf
         self.stdin = stdin
+        self.undo = None
+
+
+def _undo(plugin, args, conf, why):
+    """Run the plugin's DEL after its ADD succeeded but its answer cannot be given (``why``): DEL is the
+    protocol's own way to undo an ADD, and every plugin's DEL tolerates what is already gone. Returns
+    the sentence to add to the error's details."""
+    try:
+        plugin.delete(args, conf)
+    except CNIError as e:
+        return f"{why}; undoing the ADD with DEL failed too ({e}): call DEL again"
+    except Exception as e:
+        return f"{why}; undoing the ADD with DEL failed too ({type(e).__name__}: {e}): call DEL again"
+    return f"{why}; the ADD was undone (DEL)"
+
+
+def render_result(plugin, args, conf, result):
+    """The ADD result as the line to print, made before the call counts as a success: a result that
+    cannot be written in the configuration's version (or at all) undoes the ADD and is an error."""
+    try:
+        return jsonio.dumps(result.to_dict(conf.cni_version)) + "\n"
+    except CNIError as e:
+        raise CNIError(e.code, e.msg, _undo(plugin, args, conf, e.details or "the result cannot be written")) from None
+    except Exception as e:
+        import traceback
+        raise CNIError(INTERNAL, f"internal error in the {plugin.name} plugin writing its result: "
+                                 f"{type(e).__name__}: {e}",
+                       _undo(plugin, args, conf, "this is a bug in skb-cni; the traceback is on stderr")
+                       + "\n" + traceback.format_exc()) from None
 
 
 def run(plugin, environ, stdin):
-    """Handle one call. ``stdin`` is the config (bytes or str) or a file to read it from, read only
-    when the command needs it. Never raises."""
+    """Handle one call. ``stdin`` is the config (bytes or str) or a file to read it from (None: closed),
+    read only when the command needs it. Never raises.
+
+    Errors before the configuration is read carry no cniVersion (there is none to speak yet); after,
+    the configuration's, when it is one we speak."""
     out = Outcome(0, "")
-    version = config.LATEST
+    version = None
     try:
         try:
             args = env.from_environ(environ)
@@ -89,19 +138,23 @@ def run(plugin, environ, stdin):
             # Like Go's skel, VERSION does not read stdin (a runtime may leave it open).
             out.stdout = VERSION_REPLY
             return out
-        out.stdin = stdin if isinstance(stdin, (bytes, str)) else _read_stdin(stdin)
+        out.stdin = stdin if isinstance(stdin, (bytes, str)) else read_stdin(stdin)
         conf = out.conf = config.parse(out.stdin)
-        version = conf.cni_version
+        if conf.cni_version in config.SUPPORTED_VERSIONS:
+            version = conf.cni_version
         callback = {env.ADD: plugin.add, env.DEL: plugin.delete, env.CHECK: plugin.check,
                     env.STATUS: plugin.status, env.GC: plugin.gc}.get(args.command, False)
         if callback is False:
             raise CNIError(INVALID_ENV, f"unknown CNI_COMMAND: {args.command}",
                            f"CNI_COMMAND must be one of {', '.join(env.COMMANDS)} (upper case)")
         config.check_version(conf, args.command)
+        if conf.debug_log:
+            _check_debug_log(conf.debug_log, args.command, out)
         if callback is not None:
             result = callback(args, conf)
             if args.command == env.ADD:
-                out.stdout = jsonio.dumps(result.to_dict(conf.cni_version)) + "\n"
+                out.stdout = render_result(plugin, args, conf, result)
+                out.undo = lambda why: _undo(plugin, args, conf, why)
     except CNIError as e:
         out.code, out.stdout = 1, jsonio.dumps(e.to_dict(version)) + "\n"
     except Exception as e:  # never a traceback on stdout: report what failed, keep the trace on stderr
@@ -113,13 +166,28 @@ def run(plugin, environ, stdin):
     return out
 
 
+def _check_debug_log(path, command, out):
+    """``skbDebugLog`` must be a file we can append to: refused up front (before any work), so the
+    record is not lost after the fact. For DEL only a remark: a debug setting must not block cleanup."""
+    from skb.linux import files
+    try:
+        os.close(files.open_append(path, "skbDebugLog", 0o600))
+    except CNIError as e:
+        if command != env.DEL:
+            raise
+        out.stderr += f"skb-cni: not recording this call: {e}\n"
+
+
 def debug_log_path(environ, conf):
+    """(key, path) of the debug log for this call, or None. The configuration's ``skbDebugLog`` wins
+    over ``SKB_DEBUG_LOG``."""
     if conf is not None and conf.debug_log:
-        return conf.debug_log
-    return environ.get("SKB_DEBUG_LOG", "")
+        return "skbDebugLog", conf.debug_log
+    path = environ.get("SKB_DEBUG_LOG", "")
+    return ("SKB_DEBUG_LOG", path) if path else None
 
 
-def append_debug_log(path, plugin, environ, out, duration):
+def debug_record(plugin, environ, out, duration):
     import time
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -132,31 +200,101 @@ def append_debug_log(path, plugin, environ, out, duration):
         "stderr": out.stderr,
         "durationMs": round(duration * 1000, 3),
     }
-    line = (jsonio.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return (jsonio.dumps(record) + "\n").encode("utf-8", "replace")
+
+
+def append_debug_log(path, plugin, environ, out, duration, key="skbDebugLog"):
+    """Append the call's record to ``path`` (one write with O_APPEND: concurrent plugin calls don't
+    interleave lines) through the safe open (never a FIFO, a device or a relative path). Raises CNIError."""
+    from skb.linux import files
+    files.append(path, key, debug_record(plugin, environ, out, duration), 0o600)
+
+
+def write_debug_logs(plugin, environ, out, duration, paths):
+    """Append the record to each (key, path) in ``paths`` once; problems become stderr remarks."""
+    done = set()
+    for key, path in paths:
+        if os.path.normpath(path) in done:
+            continue
+        done.add(os.path.normpath(path))
+        try:
+            append_debug_log(path, plugin, environ, out, duration, key)
+        except CNIError as e:
+            _stderr(f"skb-cni: cannot write the debug log: {e}\n")
+
+
+def fill_std_fds():
+    """A runtime may start us with fd 0, 1 or 2 closed. Put /dev/null there, so that no file this
+    process opens later lands on a standard stream (a record written to fd 1, a netns as stdin of ip)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open("/dev/null", os.O_RDWR)
+            except OSError:
+                return
+            if got != fd:  # a lower one was free: it was filled by this very open
+                os.close(got)
+
+
+def _write_fd(fd, text):
+    """Write all of ``text`` to ``fd`` as UTF-8 (whatever the locale says); False if it cannot be."""
+    data = text.encode("utf-8", "replace")
     try:
-        os.write(fd, line)  # one write with O_APPEND: concurrent plugin calls don't interleave lines
-    finally:
-        os.close(fd)
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+    except OSError:
+        return False
+    return True
+
+
+def _stderr(text):
+    if sys.stderr is not None:
+        try:
+            sys.stderr.write(text)
+        except (OSError, ValueError):
+            pass
+
+
+def finish(plugin, environ, out, started, extra_logs=()):
+    """Deliver one call's outcome: stdout, stderr, the debug records, then exit. An ADD whose answer
+    cannot be written to stdout (closed, a broken pipe) is undone: the runtime never learns of it, so
+    it would never DEL it. The debug record is written whatever happened."""
+    from time import perf_counter
+    stdout_closed = sys.stdout is None
+    if out.stdout:
+        if stdout_closed or not _write_fd(1, out.stdout):
+            if out.code == 0 and out.undo is not None:
+                note = out.undo("the result could not be written to stdout")
+                out.code = 1
+                out.stderr += f"skb-cni: {note}\n"
+            elif out.code == 0:
+                out.code = 1
+                out.stderr += "skb-cni: the answer could not be written to stdout\n"
+    if out.stderr:
+        _stderr(out.stderr)
+    paths = []
+    logged = debug_log_path(environ, out.conf)
+    if logged:
+        paths.append(logged)
+    paths.extend(extra_logs)
+    if paths:
+        write_debug_logs(plugin, environ, out, perf_counter() - started, paths)
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    # Skip interpreter teardown (module GC, atexit): nothing is left to do and it costs milliseconds.
+    os._exit(out.code)
 
 
 def main(plugin, environ=None):
-    """Process entry point: run one call, print, and exit without interpreter teardown."""
+    """Process entry point: run one call, deliver it, and exit without interpreter teardown."""
     from time import perf_counter  # builtin module, already loaded
-    environ = os.environ if environ is None else environ
     started = perf_counter()
-    out = run(plugin, environ, sys.stdin)
-    if out.stdout:
-        sys.stdout.write(out.stdout)
-    if out.stderr:
-        sys.stderr.write(out.stderr)
-    path = debug_log_path(environ, out.conf)
-    if path:
-        try:
-            append_debug_log(path, plugin, environ, out, perf_counter() - started)
-        except OSError as e:
-            sys.stderr.write(f"skb-cni: cannot write the debug log {path}: {e.strerror or e}\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown (module GC, atexit): nothing is left to do and it costs milliseconds.
-    os._exit(out.code)
+    fill_std_fds()
+    environ = os.environ if environ is None else environ
+    finish(plugin, environ, run(plugin, environ, sys.stdin), started)

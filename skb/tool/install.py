@@ -6,10 +6,11 @@ import sys
 import time
 
 from skb.applets import APPLETS
-from skb.install.installer import (DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK,
-                                   DEFAULT_TEMPLATE, LINK, InstallError, _VAR_RE, _say, conf_bytes,
-                                   install_config, install_suite, parse_pod_cidrs, render, suite_installed,
-                                   template_values, uninstall_config, uninstall_suite)
+from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK, DEFAULT_TEMPLATE,
+                                  VAR_RE, conf_bytes, install_config, parse_pod_cidrs, render,
+                                  template_values, uninstall_config)
+from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, say
+from skb.install.suite import install_suite, suite_installed, uninstall_suite
 from skb.tool.style import fail
 
 INSTALL_HELP = "install the suite into a CNI bin dir and write this node's network configuration"
@@ -126,7 +127,7 @@ def _rendered_config(opts):
     extra = {}
     for item in opts.set:
         name, sep, value = item.partition("=")
-        if not sep or not _VAR_RE.fullmatch("${" + name + "}"):
+        if not sep or not VAR_RE.fullmatch("${" + name + "}"):
             raise InstallError(f"--set {item!r}: expected NAME=VALUE, e.g. --set MTU=1450")
         extra[name] = value
     return render(template, template_values(cidrs, extra), source)
@@ -156,7 +157,7 @@ def cmd_install(opts):
         _install_once(opts, source, conf, log)
         if not opts.wait:
             return 0
-        _say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
+        say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
         while not stop:
             deadline = time.monotonic() + opts.interval
             while not stop and time.monotonic() < deadline:
@@ -164,7 +165,7 @@ def cmd_install(opts):
             if stop:
                 break
             if not suite_installed(source, opts.bin_dir) or (conf is not None and not _conf_current(opts, conf)):
-                _say(log, "install: something went missing: installing again")
+                say(log, "install: something went missing: installing again")
                 _install_once(opts, source, conf, log)
         if uninstall_on_stop and conf is not None:
             uninstall_config(opts.conf_dir, opts.conf_name, conf["name"], log=log)

@@ -20,11 +20,11 @@ Exit status: 0 when exit code and output match the record (JSON compared parsed)
 """
 import json
 import os
-import subprocess
 import sys
 import shutil
 
 from skb.tool import libcni
+from skb.tool.libcni import rawexec
 from skb.cni.errors import CNIError
 from skb.linux import netns
 from skb.linux import scratch_netns
@@ -188,12 +188,12 @@ def replay(rec, plugin, opts):
                 + f": ran in scratch netns {scratch}")
     try:
         try:
-            p = subprocess.run([plugin], input=stdin.encode(), env=env, capture_output=True, timeout=opts.timeout)
-            out = {"exitCode": p.returncode, "stdout": p.stdout.decode(errors="replace"),
-                   "stderr": p.stderr.decode(errors="replace")}
-        except subprocess.TimeoutExpired as e:
-            out = {"exitCode": None, "stdout": (e.stdout or b"").decode(errors="replace"),
-                   "stderr": (e.stderr or b"").decode(errors="replace") + f"\n(killed after {opts.timeout:g} s)"}
+            code, stdout, stderr = rawexec.spawn(plugin, [plugin], env, stdin.encode(), opts.timeout)
+            out = {"exitCode": code, "stdout": stdout.decode(errors="replace"),
+                   "stderr": stderr.decode(errors="replace")}
+        except rawexec.Timeout as e:
+            out = {"exitCode": None, "stdout": e.stdout.decode(errors="replace"),
+                   "stderr": e.stderr.decode(errors="replace") + f"\n(killed after {opts.timeout:g} s)"}
         except OSError as e:
             raise ReplayError(f"cannot run {plugin}: {e.strerror}") from None
     finally:

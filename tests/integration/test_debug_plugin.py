@@ -174,7 +174,7 @@ def test_prev_result_in_another_version_is_converted(debug):
                       "dns": {"nameservers": ["10.1.0.1"]}}
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", VERSIONS[2:])
 def test_alone_answers_a_minimal_valid_result(debug, version):
     r = run_plugin(debug, cni_env("ADD", netns="/x"), conf(version))
     assert r.rc == 0, r
@@ -183,9 +183,17 @@ def test_alone_answers_a_minimal_valid_result(debug, version):
     assert parsed.cni_version == version and not parsed.ips
 
 
-def test_alone_without_cni_version_is_0_1_0(debug):
-    r = run_plugin(debug, cni_env("ADD", netns="/x"), {"name": "n", "type": "debug"})
-    assert r.rc == 0 and r.json == {"cniVersion": "0.1.0", "dns": {}}
+@pytest.mark.parametrize("version", ["0.1.0", "0.2.0", None])
+def test_alone_in_a_version_that_needs_an_address_is_an_error(debug, version, tmp_path):
+    """A 0.1.0/0.2.0 result must hold an IP address: never a silently emptied result (as Go: code 1).
+    The failure comes before the hooks run."""
+    mark = tmp_path / "hook-ran"
+    c = conf(version, addHooks=[["touch", str(mark)]])
+    if version is None:
+        del c["cniVersion"]       # no cniVersion means 0.1.0
+    r = run_plugin(debug, cni_env("ADD", netns="/proc/self/ns/net"), c)
+    assert r.rc == 1 and r.json["code"] == 1 and "no valid IP addresses" in r.json["msg"], r
+    assert r.json["cniVersion"] == (version or "0.1.0") and not mark.exists()
 
 
 @pytest.mark.parametrize("command", ["DEL", "CHECK", "STATUS", "GC"])
@@ -271,9 +279,26 @@ def test_del_never_fails_unless_told_to(debug, extra):
     assert (r.rc, r.stdout) == (0, ""), r
 
 
-def test_unwritable_records_do_not_fail_add(debug, tmp_path):
-    r = run_plugin(debug, cni_env("ADD", netns="/x"), conf(cniOutput=str(tmp_path), captureFile=str(tmp_path)))
-    assert r.rc == 0 and "cannot append" in r.stderr
+@pytest.mark.parametrize("key", ["cniOutput", "captureFile"])
+def test_unusable_record_files_fail_add_naming_the_key_but_not_del(debug, tmp_path, key):
+    r = run_plugin(debug, cni_env("ADD", netns="/x"), conf(**{key: str(tmp_path)}))
+    assert r.rc == 1 and r.json["code"] == 7 and key in r.json["msg"] and "a directory" in r.json["msg"], r
+    r = run_plugin(debug, cni_env("DEL"), conf(**{key: str(tmp_path)}))
+    assert (r.rc, r.stdout) == (0, "") and key in r.stderr, r
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("cniOutput", 5, "expected a file path, found the number 5"),
+    ("captureFile", ["/tmp/x"], "expected a file path, found a list"),
+    ("cniOutput", "out.txt", "is a relative path"),
+    ("captureFile", "./cap.jsonl", "is a relative path"),
+    ("addHooks", "ip link", "expected a list of argv lists"),
+    ("checkHooks", [[]], "expected a list of argv lists"),
+    ("cniOutput", "/tmp/a\u0000b", "NUL byte"),
+])
+def test_wrongly_typed_known_keys_are_code_7_naming_the_key(debug, key, value, words, tmp_path):
+    r = run_plugin(debug, cni_env("ADD", netns="/x"), conf(**{key: value}))
+    assert r.rc == 1 and r.json["code"] == 7 and key in r.json["msg"] and words in r.json["msg"], r
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,26 +15,27 @@ import time
 
 import pytest
 
-from skb.install import installer
+from skb.install import conflist
+from skb.install import files
 from tests.helpers import cni_env, run_plugin
 
 APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")
 CONF = "10-skb.conflist"
 
 
-def make_suite(path, version, size=2 << 20, files=4):
+def make_suite(path, version, size=2 << 20, parts=4):
     """A staged bin dir: .skb-<version>-<hash>/ (random files + MANIFEST), the .skb link, and launchers
     whose bytes differ per version."""
     rng = random.Random(version)
     work = os.path.join(path, ".work")
     os.makedirs(os.path.join(work, "_internal"))
-    for i in range(files):
+    for i in range(parts):
         with open(os.path.join(work, "_internal", f"part{i}.so"), "wb") as f:
             f.write(rng.randbytes(size))
     with open(os.path.join(work, "skb-cni"), "wb") as f:
         f.write(b"\x7fELF fake " + version.encode())
     os.chmod(os.path.join(work, "skb-cni"), 0o755)
-    lines = installer.manifest_lines(work)
+    lines = files.manifest_lines(work)
     with open(os.path.join(work, "MANIFEST"), "w") as f:
         f.write("\n".join(lines) + "\n")
     import hashlib
@@ -43,7 +44,7 @@ def make_suite(path, version, size=2 << 20, files=4):
     os.symlink(name, os.path.join(path, ".skb"))
     for applet in APPLETS:
         with open(os.path.join(path, applet), "wb") as f:
-            f.write(b"\x7fELF " + installer.LAUNCHER_MARK + f" {applet} {version} ".encode() + b"x" * 20000)
+            f.write(b"\x7fELF " + files.LAUNCHER_MARK + f" {applet} {version} ".encode() + b"x" * 20000)
         os.chmod(os.path.join(path, applet), 0o755)
     return path
 
@@ -77,8 +78,8 @@ def install(skb, node, suite, *extra, env=None, cidr="10.244.1.0/24"):
 
 
 def rendered(cidr):
-    return installer.conf_bytes(installer.render(installer.DEFAULT_TEMPLATE, installer.template_values(
-        installer.parse_pod_cidrs(cidr))))
+    return conflist.conf_bytes(conflist.render(conflist.DEFAULT_TEMPLATE, conflist.template_values(
+        conflist.parse_pod_cidrs(cidr))))
 
 
 def read(path, mode="rb"):
@@ -96,7 +97,7 @@ def assert_installed(node, suite, previous=None):
         entries = [e for e in entries if e != old]
     assert entries == sorted([".skb", name, *APPLETS])
     assert os.readlink(os.path.join(node.bin, ".skb")) == name
-    assert installer.verify(os.path.join(node.bin, name))
+    assert files.verify(os.path.join(node.bin, name))
     for a in APPLETS:
         assert read(os.path.join(node.bin, a)) == read(os.path.join(suite, a))
         assert os.access(os.path.join(node.bin, a), os.X_OK)
@@ -112,12 +113,12 @@ def assert_consistent(node, suites, confs):
     if os.path.lexists(link):
         name = os.readlink(link)
         assert name in [os.readlink(os.path.join(s, ".skb")) for s in suites]
-        assert installer.verify(os.path.join(node.bin, name)), f"{name} is incomplete but .skb names it"
+        assert files.verify(os.path.join(node.bin, name)), f"{name} is incomplete but .skb names it"
     else:
         assert not launchers, "a launcher was installed before its bundle"
     for e in entries:
-        if installer.BUNDLE_RE.match(e):
-            assert installer.verify(os.path.join(node.bin, e)), f"{e}: a bundle under its final name is incomplete"
+        if files.BUNDLE_RE.match(e):
+            assert files.verify(os.path.join(node.bin, e)), f"{e}: a bundle under its final name is incomplete"
     for a in launchers:
         assert read(os.path.join(node.bin, a)) in [read(os.path.join(s, a)) for s in suites], f"{a} is half-written"
     path = os.path.join(node.conf, CONF)
@@ -150,7 +151,7 @@ def test_upgrade_switches_bundle_and_launchers_and_keeps_only_the_previous(skb, 
     assert r.returncode == 0, r.stderr
     assert_installed(node, node.v2, previous=node.v1)
     v1 = os.readlink(os.path.join(node.v1, ".skb"))
-    assert installer.verify(os.path.join(node.bin, v1)), "the previous bundle stays for in-flight calls"
+    assert files.verify(os.path.join(node.bin, v1)), "the previous bundle stays for in-flight calls"
     assert install(skb, node, node.v1).returncode == 0          # the next upgrade: v2 is now the previous
     assert install(skb, node, node.v2, cidr="10.244.2.0/24").returncode == 0
     assert_installed(node, node.v2, previous=node.v1)
@@ -332,7 +333,7 @@ def test_sigkill_at_each_step_leaves_whole_files_and_a_rerun_completes(skb, node
     old_conf, new_conf = rendered("10.244.1.0/24"), rendered("10.244.2.0/24")
     if upgrade:
         assert install(skb, node, node.v1).returncode == 0
-    r = install(skb, node, node.v2, env={installer.CRASH_ENV: point}, cidr="10.244.2.0/24")
+    r = install(skb, node, node.v2, env={files.CRASH_ENV: point}, cidr="10.244.2.0/24")
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
     assert_consistent(node, [node.v1, node.v2], [old_conf, new_conf])
     if point == "config-half-written":

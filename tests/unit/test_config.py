@@ -1,4 +1,6 @@
 """Config parsing: code 6 for bad JSON (located), 7 for bad fields (named), 1 for versions."""
+import json
+
 import pytest
 
 from skb.cni import netconf as config
@@ -33,7 +35,7 @@ def test_non_object_is_code_6(data):
     (b'{"name": ""}', 7, "missing network name"),
     (b'{"name": "a b"}', 7, "invalid characters found in network name"),
     (b'{"name": 5}', 7, "invalid field name: expected a string, found the number 5"),
-    (b'{"name": "n", "cniVersion": 1.0}', 7, "invalid field cniVersion: expected a string"),
+    (b'{"name": "n", "cniVersion": 1.0}', 6, "invalid field cniVersion: expected a string"),  # spec: decode
     (b'{"name": "n", "type": ["x"]}', 7, "invalid field type: expected a string, found a list"),
     (b'{"name": "n", "runtimeConfig": "x"}', 7, "invalid field runtimeConfig: expected an object"),
 ])
@@ -57,12 +59,19 @@ def test_supported_versions_accepted_for_add(version):
     config.check_version(config.parse(b'{"name":"n","cniVersion":"%s"}' % version.encode()), "ADD")
 
 
-@pytest.mark.parametrize("version", ["1.1", "v1.1.0", "0.5.0", "2.0.0", "1.1.0-rc1"])
+@pytest.mark.parametrize("version", ["1.1", "0.5.0", "2.0.0", "0.1"])
 def test_unsupported_version_is_code_1_listing_supported(version):
     conf = config.parse(b'{"name":"n","cniVersion":"%s"}' % version.encode())
     e = err(config.check_version, conf, "ADD")
     assert e.code == 1 and e.msg == "incompatible CNI versions"
     assert f'config is "{version}"' in e.details and '"0.1.0"' in e.details and '"1.1.0"' in e.details
+
+
+@pytest.mark.parametrize("version", ["v1.1.0", "1.1.0-rc1", "1.1.0.0", "1..0", "x", " 1.0.0", "1.0.0\n", "١.0.0"])
+def test_a_version_that_is_not_a_version_string_is_a_decode_error(version):
+    """The spec's own example of code 6: failure to decode version info from a string; every command."""
+    e = err(config.parse, ('{"name":"n","cniVersion":%s}' % json.dumps(version)).encode())
+    assert e.code == 6 and "is not a version string" in e.msg
 
 
 @pytest.mark.parametrize("command,version,ok", [

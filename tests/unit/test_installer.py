@@ -1,4 +1,4 @@
-"""skb.install.installer's pure parts: pod CIDRs, template values and rendering, the conflist check, which
+"""skb.install.conflist's pure parts: pod CIDRs, template values and rendering, the conflist check, which
 configs count as another network's; and that deploy/ agrees with the installer it runs."""
 import json
 import os
@@ -7,9 +7,10 @@ import shlex
 
 import pytest
 
-from skb.install import installer
+from skb.install import conflist
+from skb.install import files
 from skb.tool.main import build_parser
-from skb.install.installer import InstallError
+from skb.install.files import InstallError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -26,7 +27,7 @@ DEPLOY = os.path.join(ROOT, "deploy")
     ("fd00::/64 10.0.0.0/16", ["fd00::/64", "10.0.0.0/16"]),
 ])
 def test_parse_pod_cidrs(text, want):
-    assert [str(n) for n in installer.parse_pod_cidrs(text)] == want
+    assert [str(n) for n in conflist.parse_pod_cidrs(text)] == want
 
 
 @pytest.mark.parametrize("text, words", [
@@ -39,31 +40,31 @@ def test_parse_pod_cidrs(text, want):
 ])
 def test_parse_pod_cidrs_errors(text, words):
     with pytest.raises(InstallError) as e:
-        installer.parse_pod_cidrs(text, "SKB_POD_CIDR")
+        conflist.parse_pod_cidrs(text, "SKB_POD_CIDR")
     assert str(e.value).startswith("SKB_POD_CIDR")
     for w in words:
         assert w in str(e.value)
 
 
 def test_template_values_single_and_dual_stack():
-    v4 = installer.template_values(installer.parse_pod_cidrs("10.244.1.0/24"))
+    v4 = conflist.template_values(conflist.parse_pod_cidrs("10.244.1.0/24"))
     assert v4["POD_CIDR"] == "10.244.1.0/24"
     assert json.loads(v4["POD_RANGES"]) == [[{"subnet": "10.244.1.0/24"}]]
     assert json.loads(v4["POD_ROUTES"]) == [{"dst": "0.0.0.0/0"}]
-    dual = installer.template_values(installer.parse_pod_cidrs("fd00::/64,10.244.1.0/24"), {"MTU": "1450"})
+    dual = conflist.template_values(conflist.parse_pod_cidrs("fd00::/64,10.244.1.0/24"), {"MTU": "1450"})
     assert dual["POD_CIDR"] == "fd00::/64"
     assert json.loads(dual["POD_RANGES"]) == [[{"subnet": "fd00::/64"}], [{"subnet": "10.244.1.0/24"}]]
     assert json.loads(dual["POD_ROUTES"]) == [{"dst": "::/0"}, {"dst": "0.0.0.0/0"}]
     assert dual["MTU"] == "1450"
-    assert installer.template_values() == {}
+    assert conflist.template_values() == {}
 
 
 # ------------------------------------------------------------------------------------ rendering
 
 def test_render_default_template():
-    conf = installer.render(installer.DEFAULT_TEMPLATE,
-                            installer.template_values(installer.parse_pod_cidrs("10.244.1.0/24 fd00::/64")))
-    assert conf["name"] == installer.DEFAULT_NETWORK == "skb"
+    conf = conflist.render(conflist.DEFAULT_TEMPLATE,
+                            conflist.template_values(conflist.parse_pod_cidrs("10.244.1.0/24 fd00::/64")))
+    assert conf["name"] == conflist.DEFAULT_NETWORK == "skb"
     assert [p["type"] for p in conf["plugins"]] == ["ptp", "loopback"]
     ipam = conf["plugins"][0]["ipam"]
     assert ipam["type"] == "host-local"
@@ -73,19 +74,19 @@ def test_render_default_template():
 
 def test_render_names_a_missing_pod_cidr_and_how_to_give_it():
     with pytest.raises(InstallError) as e:
-        installer.render(installer.DEFAULT_TEMPLATE, {}, "the built-in template")
+        conflist.render(conflist.DEFAULT_TEMPLATE, {}, "the built-in template")
     assert "${POD_RANGES}" in str(e.value) and "--pod-cidr" in str(e.value) and "SKB_POD_CIDR" in str(e.value)
 
 
 def test_render_names_a_missing_set_variable():
     with pytest.raises(InstallError) as e:
-        installer.render('{"name": "x", "mtu": ${MTU}}', {}, "t.json")
+        conflist.render('{"name": "x", "mtu": ${MTU}}', {}, "t.json")
     assert "t.json uses ${MTU}" in str(e.value) and "--set NAME=VALUE" in str(e.value)
 
 
 def test_render_refuses_what_is_not_json_once_filled():
     with pytest.raises(InstallError) as e:
-        installer.render('{"name": ${X}}', {"X": "not json"}, "t.json")
+        conflist.render('{"name": ${X}}', {"X": "not json"}, "t.json")
     assert "t.json is not JSON once filled in" in str(e.value)
 
 
@@ -99,7 +100,7 @@ def test_render_refuses_what_is_not_json_once_filled():
 ])
 def test_check_conflist(conf, words):
     with pytest.raises(InstallError) as e:
-        installer.check_conflist(conf, "src")
+        conflist.check_conflist(conf, "src")
     assert words in str(e.value)
 
 
@@ -112,50 +113,50 @@ def write(path, obj):
 
 def test_config_conflicts(tmp_path):
     d = str(tmp_path)
-    assert installer.config_conflicts(d, "10-skb.conflist", "skb") == []
+    assert conflist.config_conflicts(d, "10-skb.conflist", "skb") == []
     write(tmp_path / "10-skb.conflist", {"name": "skb"})  # ours (an older version): no conflict
-    assert installer.config_conflicts(d, "10-skb.conflist", "skb") == []
+    assert conflist.config_conflicts(d, "10-skb.conflist", "skb") == []
     write(tmp_path / "99-later.conflist", {"name": "other"})  # sorts after ours: not used by CRI
     write(tmp_path / "01-notes.txt", "not a config extension")
     write(tmp_path / ".10-skb.conflist.skb-tmp.99", "{half")  # a killed run's temporary file: never loaded
-    assert installer.config_conflicts(d, "10-skb.conflist", "skb") == []
+    assert conflist.config_conflicts(d, "10-skb.conflist", "skb") == []
     write(tmp_path / ".05-hidden.conflist", {"name": "other"})  # libcni loads dotfiles too
-    [p] = installer.config_conflicts(d, "10-skb.conflist", "skb")
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
     assert ".05-hidden.conflist (network 'other') comes before" in p
     os.unlink(tmp_path / ".05-hidden.conflist")
 
     write(tmp_path / "10-skb.conflist", {"name": "cbr0"})
-    [p] = installer.config_conflicts(d, "10-skb.conflist", "skb")
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
     assert "10-skb.conflist holds network 'cbr0', not 'skb'" in p
     write(tmp_path / "10-skb.conflist", "{trailing,")
-    [p] = installer.config_conflicts(d, "10-skb.conflist", "skb")
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
     assert "a file that is not a network configuration" in p
 
     os.unlink(tmp_path / "10-skb.conflist")
     write(tmp_path / "05-flannel.conflist", {"name": "cbr0"})
-    [p] = installer.config_conflicts(d, "10-skb.conflist", "skb")
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
     assert "05-flannel.conflist (network 'cbr0') comes before 10-skb.conflist" in p and "--conf-name" in p
-    assert installer.config_conflicts(d, "00-skb.conflist", "skb") == []
+    assert conflist.config_conflicts(d, "00-skb.conflist", "skb") == []
 
 
 def test_conf_files_in_libcni_order(tmp_path):
     for name in ("20-b.conf", "10-a.conflist", "30-c.json", "05-x.txt", ".00-dot.conflist", ".10-a.conflist.skb-tmp.7"):
         write(tmp_path / name, "{}")
     (tmp_path / "15-dir.conf").mkdir()
-    assert installer.conf_files(str(tmp_path)) == [".00-dot.conflist", "10-a.conflist", "20-b.conf", "30-c.json"]
-    assert installer.conf_files(str(tmp_path / "missing")) == []
+    assert conflist.conf_files(str(tmp_path)) == [".00-dot.conflist", "10-a.conflist", "20-b.conf", "30-c.json"]
+    assert conflist.conf_files(str(tmp_path / "missing")) == []
 
 
 def test_temporary_config_names_are_never_loaded_by_libcni():
-    tmp = f".10-skb.conflist{installer.CONF_TMP_INFIX}1234"
-    assert not tmp.endswith(installer.CONF_EXTENSIONS)
+    tmp = f".10-skb.conflist{files.CONF_TMP_INFIX}1234"
+    assert not tmp.endswith(conflist.CONF_EXTENSIONS)
 
 
 # ------------------------------------------------------------------------------------ deploy/ agrees
 
 def test_deploy_template_is_the_builtin_one():
     with open(os.path.join(DEPLOY, "10-skb.conflist.template")) as f:
-        assert f.read() == installer.DEFAULT_TEMPLATE
+        assert f.read() == conflist.DEFAULT_TEMPLATE
 
 
 def _daemonset_text():
@@ -171,7 +172,7 @@ def test_daemonset_configmap_template_is_the_deploy_one():
         if line and not line.startswith("    "):
             break
         block.append(line[4:])
-    assert "\n".join(block).strip() + "\n" == installer.DEFAULT_TEMPLATE
+    assert "\n".join(block).strip() + "\n" == conflist.DEFAULT_TEMPLATE
 
 
 def _install_args(text, container):

@@ -1,0 +1,217 @@
+"""The node's network configuration: rendered from a template with the pod CIDRs, checked to be a
+conflist, and written atomically where libcni will load it first (see ``skb.install``)."""
+import ipaddress
+import json
+import os
+import re
+
+from skb.install.files import (CONF_TMP_INFIX, InstallError, DirLock, say,
+                               write_file_atomically)
+
+CONF_EXTENSIONS = (".conf", ".conflist", ".json")  # what libcni loads from a conf dir
+DEFAULT_CONF_DIR = "/etc/cni/net.d"
+DEFAULT_CONF_NAME = "10-skb.conflist"
+VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def parse_pod_cidrs(text, source="the pod CIDR"):
+    """``10.244.1.0/24`` or several, separated by commas or blanks (as ``kubectl get node -o
+    jsonpath={.spec.podCIDRs[*]}`` prints them). Returns ``ip_network`` values, at most one per family."""
+    nets = []
+    for item in re.split(r"[\s,]+", text.strip().strip("[]")):
+        item = item.strip().strip('"')
+        if not item:
+            continue
+        if "/" not in item:
+            raise InstallError(f"{source}: {item!r} has no prefix length: a pod CIDR is a network, "
+                               "e.g. 10.244.1.0/24")
+        try:
+            net = ipaddress.ip_network(item, strict=True)
+        except ValueError as e:
+            raise InstallError(f"{source}: {item!r} is not a network in CIDR notation ({e}), "
+                               "e.g. 10.244.1.0/24") from None
+        if any(n.version == net.version for n in nets):
+            raise InstallError(f"{source}: two IPv{net.version} networks ({nets[0]}, {net}); "
+                               "a node has at most one pod CIDR per address family")
+        nets.append(net)
+    if not nets:
+        raise InstallError(f"{source} is empty")
+    return nets
+
+
+def template_values(pod_cidrs=(), extra=None):
+    """The variables a template may use. From the pod CIDRs:
+
+    - ``POD_CIDR``: the first pod CIDR, e.g. ``10.244.1.0/24``;
+    - ``POD_RANGES``: host-local's ``ranges`` as JSON, one range set per CIDR;
+    - ``POD_ROUTES``: a default route per family, as JSON (host-local's ``routes``).
+
+    ``extra`` (``--set NAME=VALUE``) adds or overrides variables.
+    """
+    values = {}
+    if pod_cidrs:
+        values["POD_CIDR"] = str(pod_cidrs[0])
+        values["POD_RANGES"] = json.dumps([[{"subnet": str(n)}] for n in pod_cidrs])
+        values["POD_ROUTES"] = json.dumps([{"dst": "0.0.0.0/0" if n.version == 4 else "::/0"} for n in pod_cidrs])
+    values.update(extra or {})
+    return values
+
+
+def render(template, values, source="the template"):
+    """Substitute every ``${NAME}``; return the conflist as a dict, checked. A variable without a value,
+    text that is not JSON afterwards, or a conflist a runtime would reject is an ``InstallError``."""
+    missing = sorted({m.group(1) for m in VAR_RE.finditer(template)} - set(values))
+    if missing:
+        hint = " (give the node's pod CIDR: --pod-cidr, --pod-cidr-file or SKB_POD_CIDR)" \
+            if any(m.startswith("POD_") for m in missing) else " (give it with --set NAME=VALUE)"
+        raise InstallError(f"{source} uses ${{{missing[0]}}}, which has no value{hint}")
+    text = VAR_RE.sub(lambda m: values[m.group(1)], template)
+    try:
+        conf = json.loads(text)
+    except ValueError as e:
+        raise InstallError(f"{source} is not JSON once filled in: {e}") from None
+    check_conflist(conf, source)
+    return conf
+
+
+def check_conflist(conf, source):
+    if not isinstance(conf, dict):
+        raise InstallError(f"{source}: a conflist is a JSON object")
+    for key in ("cniVersion", "name"):
+        if not isinstance(conf.get(key), str) or not conf[key]:
+            raise InstallError(f"{source}: field {key} must be a non-empty string")
+    plugins = conf.get("plugins")
+    if not isinstance(plugins, list) or not plugins:
+        raise InstallError(f"{source}: field plugins must be a non-empty list (this writes a .conflist)")
+    for i, p in enumerate(plugins):
+        if not isinstance(p, dict) or not isinstance(p.get("type"), str) or not p["type"]:
+            raise InstallError(f"{source}: plugins[{i}] needs a string field type")
+
+
+def conf_bytes(conf):
+    return (json.dumps(conf, indent=2) + "\n").encode()
+
+
+def network_name_of(path):
+    """The ``name`` of the network configured in ``path``, or None when it cannot be read as one."""
+    try:
+        with open(path, "rb") as f:
+            conf = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    name = conf.get("name") if isinstance(conf, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def conf_files(conf_dir):
+    """The files libcni would load from conf_dir, in its order (by name)."""
+    try:
+        names = os.listdir(conf_dir)
+    except FileNotFoundError:
+        return []
+    # libcni filters by extension only (a dotfile is loaded too); our temporary names end in .<pid>.
+    return sorted(n for n in names if n.endswith(CONF_EXTENSIONS) and os.path.isfile(os.path.join(conf_dir, n)))
+
+
+def config_conflicts(conf_dir, conf_name, network):
+    """Why writing ``network`` as ``conf_dir/conf_name`` would break another network: a list of messages.
+
+    - the target holds another network's configuration (or something that is not one);
+    - a config file sorting before ours: libcni's first file wins, so the node would keep using it.
+    """
+    problems = []
+    target = os.path.join(conf_dir, conf_name)
+    if os.path.lexists(target):
+        other = network_name_of(target)
+        if other != network:
+            what = f"network {other!r}" if other else "a file that is not a network configuration"
+            problems.append(f"{target} holds {what}, not {network!r}: refusing to overwrite it")
+    for name in conf_files(conf_dir):
+        if name >= conf_name:
+            break
+        other = network_name_of(os.path.join(conf_dir, name))
+        if other != network:
+            problems.append(f"{os.path.join(conf_dir, name)} (network {other!r}) comes before {conf_name}: the "
+                            "runtime would keep using it; remove it, or name ours to sort first (--conf-name)")
+    return problems
+
+
+def clean_conf_temps(conf_dir, conf_name):
+    prefix = f".{conf_name}{CONF_TMP_INFIX}"
+    for entry in os.listdir(conf_dir):
+        if entry.startswith(prefix):
+            os.unlink(os.path.join(conf_dir, entry))
+
+
+def install_config(conf_dir, conf_name, conf, force=False, log=print):
+    """Write ``conf`` (a checked conflist dict) as ``conf_dir/conf_name``, atomically. Returns True when the
+    file changed. Refuses (InstallError) to overwrite or be shadowed by another network unless ``force``."""
+    os.makedirs(conf_dir, exist_ok=True)
+    target = os.path.join(conf_dir, conf_name)
+    with DirLock(conf_dir):
+        clean_conf_temps(conf_dir, conf_name)
+        problems = config_conflicts(conf_dir, conf_name, conf["name"])
+        if problems and not force:
+            raise InstallError("; ".join(problems) + " (--force to write it anyway)")
+        for p in problems:
+            say(log, f"install: warning: {p} (--force)")
+        data = conf_bytes(conf)
+        try:
+            with open(target, "rb") as f:
+                if f.read() == data:
+                    say(log, f"install: {target} up to date")
+                    return False
+        except OSError:
+            pass
+        write_file_atomically(target, data)
+        say(log, f"install: {target} (network {conf['name']!r})")
+        return True
+
+
+def uninstall_config(conf_dir, conf_name, network=None, force=False, log=print):
+    """Remove ``conf_dir/conf_name`` when it is ours (its network is ``network``, when given). Another
+    network's file is kept unless ``force``. Returns True when a file was removed."""
+    target = os.path.join(conf_dir, conf_name)
+    if not os.path.isdir(conf_dir):
+        return False
+    with DirLock(conf_dir) as dfd:
+        clean_conf_temps(conf_dir, conf_name)
+        if not os.path.lexists(target):
+            say(log, f"uninstall: {target} already gone")
+            return False
+        other = network_name_of(target)
+        if network is not None and other != network and not force:
+            raise InstallError(f"{target} holds network {other!r}, not {network!r}: refusing to remove it "
+                               "(--force to remove it anyway)")
+        os.unlink(target)
+        os.fsync(dfd)
+        say(log, f"uninstall: removed {target}: the runtime now reports this node's network as not ready")
+        return True
+
+
+# ------------------------------------------------------------------------------------ skb install / uninstall
+
+DEFAULT_NETWORK = "skb"
+# The conflist written when no --template is given; deploy/10-skb.conflist.template is the same text
+# (tests/unit/test_installer.py keeps them equal).
+DEFAULT_TEMPLATE = """\
+{
+  "cniVersion": "1.0.0",
+  "name": "skb",
+  "plugins": [
+    {
+      "type": "ptp",
+      "mtu": 1500,
+      "ipam": {
+        "type": "host-local",
+        "ranges": ${POD_RANGES},
+        "routes": ${POD_ROUTES},
+        "dataDir": "/var/lib/cni/networks"
+      }
+    },
+    {
+      "type": "loopback"
+    }
+  ]
+}
+"""

@@ -1,0 +1,197 @@
+"""The suite's files in a bin dir: the bundle's MANIFEST, our launchers, and durable writes (a temporary
+file fsync'd, then renamed). Errors are ``InstallError``. Standard library only (see ``skb.install``)."""
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import stat
+
+LINK = ".skb"
+BUNDLE_RE = re.compile(r"^\.skb-\d[^/]*-[0-9a-f]{12}$")
+TMP_PREFIX = ".skb-tmp."  # every temporary name an install makes in a bin dir starts with this
+CONF_TMP_INFIX = ".skb-tmp."  # temporary config files: .<conf name>.skb-tmp.<pid>
+DEFAULT_BIN_DIR = "/opt/cni/bin"
+LAUNCHER_MAX_SIZE = 1 << 20  # our launchers are ~30 KB static binaries
+LAUNCHER_MARK = b"skb-cni launcher"  # a string compiled into build/launcher.c's messages
+
+# Crash points for tests (tests/integration/test_installer.py): SKB_INSTALL_CRASH_AT=<point> makes the
+# installer SIGKILL itself there, exactly like a node reboot or an OOM kill at that instant.
+CRASH_ENV = "SKB_INSTALL_CRASH_AT"
+
+
+class InstallError(Exception):
+    pass
+
+
+def crash_point(name):
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), 9)
+
+
+def say(log, msg):
+    if log:
+        log(msg)
+
+
+# ------------------------------------------------------------------------------------ the bundle's files
+
+def tree_files(top):
+    """(relative path, absolute path) of every file and symlink under top, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        for name in sorted(filenames) + sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d))):
+            path = os.path.join(dirpath, name)
+            out.append((os.path.relpath(path, top), path))
+    return sorted(out)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest_lines(top):
+    lines = []
+    for rel, path in tree_files(top):
+        if rel == "MANIFEST":
+            continue
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            lines.append(f"link {os.readlink(path)} {rel}")
+        else:
+            lines.append(f"{sha256_file(path)} {stat.S_IMODE(st.st_mode):o} {rel}")
+    return lines
+
+
+def verify(bundle_dir):
+    """True when bundle_dir holds exactly what its MANIFEST lists (a copy may have been cut)."""
+    try:
+        with open(os.path.join(bundle_dir, "MANIFEST")) as f:
+            want = f.read().splitlines()
+    except OSError:
+        return False
+    return want == manifest_lines(bundle_dir)
+
+
+def staged_bundle(src):
+    """The bundle dir name a staged (or installed) bin dir's .skb link names."""
+    link = os.path.join(src, LINK)
+    if not os.path.islink(link) or not BUNDLE_RE.match(os.readlink(link)):
+        raise InstallError(f"{src} holds no skb-cni suite ({link} should link to .skb-<version>-<hash>): "
+                           "run make build, or pass the dir the suite was installed or staged in")
+    return os.readlink(link)
+
+
+def launchers(src):
+    return sorted(n for n in os.listdir(src) if not n.startswith(".") and os.path.isfile(os.path.join(src, n)))
+
+
+def is_our_launcher(path):
+    """A regular file that is one of our static launchers (not a Go plugin of the same name)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > LAUNCHER_MAX_SIZE:
+            return False
+        with open(path, "rb") as f:
+            return LAUNCHER_MARK in f.read()
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------------ durable writes
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_tree_durably(src, dst):
+    shutil.copytree(src, dst, symlinks=True)
+    for _, path in tree_files(dst):
+        if not os.path.islink(path):
+            fsync_path(path)
+    for dirpath, _, _ in os.walk(dst):
+        fsync_path(dirpath)
+
+
+def replace_file(src, dest_dir, name):
+    """Put a copy of src at dest_dir/name by rename(2): a runtime sees the old file or the new one."""
+    tmp = os.path.join(dest_dir, f"{TMP_PREFIX}{os.getpid()}.{name}")
+    shutil.copyfile(src, tmp)
+    os.chmod(tmp, 0o755)
+    fsync_path(tmp)
+    crash_point("launcher-written")
+    os.rename(tmp, os.path.join(dest_dir, name))
+
+
+def write_file_atomically(path, data, mode=0o644):
+    """Write ``data`` (bytes) to ``path`` through a temporary file in the same dir, fsync'd, then renamed."""
+    d, name = os.path.split(path)
+    tmp = os.path.join(d, f".{name}{CONF_TMP_INFIX}{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        first = len(data) // 2   # written first, so that a test can kill us right after it
+        while first:
+            n = os.write(fd, view[:first])
+            view, first = view[n:], first - n
+        crash_point("config-half-written")
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    fsync_path(d)
+
+
+def remove_dir(dest, name):
+    """Rename away first, so a crash never leaves a half-deleted dir under a bundle's name."""
+    trash = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.trash-{name.lstrip('.')}")
+    os.rename(os.path.join(dest, name), trash)
+    shutil.rmtree(trash)
+
+
+def remove_any(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def mapped_by_someone(path):
+    """True when a process (that we can see) has a file of ``path`` mapped: a plugin still running from it."""
+    prefix = os.path.realpath(path).rstrip("/") + "/"  # maps name files by their resolved paths
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                if prefix in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+class DirLock:
+    """flock on the directory itself: one installer at a time per dir, and no lock file left behind."""
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+    def __enter__(self):
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self.fd
+
+    def __exit__(self, *exc):
+        os.close(self.fd)

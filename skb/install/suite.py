@@ -1,0 +1,137 @@
+"""Installing and removing the suite (launchers + versioned bundle) in a bin dir: each file atomic, the
+``.skb`` link switched last, idempotent, and a rerun completes what a killed run left (see
+``skb.install``)."""
+import os
+import time
+
+from skb.install.files import (BUNDLE_RE, InstallError, LINK, TMP_PREFIX, DirLock, crash_point,
+                               remove_any, say, copy_tree_durably, is_our_launcher, launchers,
+                               mapped_by_someone, remove_dir, replace_file, staged_bundle, verify)
+
+
+def install_suite(src, dest, log=print, old_bundle_wait=5.0):
+    """Install the staged or installed suite in ``src`` into the bin dir ``dest``; returns True when
+    anything changed. Atomic per file, idempotent, and a rerun completes what a killed run left."""
+    src, dest = os.path.abspath(src), os.path.abspath(dest)
+    name = staged_bundle(src)
+    if not os.path.isdir(os.path.join(src, name)):
+        raise InstallError(f"{os.path.join(src, name)} is missing: {src} holds a dangling {LINK} link")
+    os.makedirs(dest, exist_ok=True)
+    changed = False
+    with DirLock(dest) as dfd:
+        # Leftovers of an install that was killed (we hold the lock: nobody else is using them).
+        for entry in os.listdir(dest):
+            if entry.startswith(TMP_PREFIX):
+                remove_any(os.path.join(dest, entry))
+
+        # 1. The bundle, under its versioned name, made complete before it gets that name.
+        final = os.path.join(dest, name)
+        if os.path.isdir(final) and verify(final):
+            say(log, f"install: {final} already installed")
+        else:
+            tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.{name.lstrip('.')}")
+            copy_tree_durably(os.path.join(src, name), tmp)
+            if not verify(tmp):
+                raise InstallError(f"{tmp}: the copy does not match its MANIFEST (is {src} being replaced?)")
+            crash_point("bundle-copied")
+            if os.path.lexists(final):
+                # Incomplete or altered, and maybe what .skb points at: moved aside only now that its
+                # replacement is complete, so .skb dangles for two renames, not for a whole copy.
+                os.rename(final, os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.trash-{name.lstrip('.')}"))
+            os.rename(tmp, final)
+            changed = True
+            say(log, f"install: {final}")
+
+        # 2. Point .skb at it: a new symlink renamed over the old one is atomic.
+        link = os.path.join(dest, LINK)
+        previous = os.readlink(link) if os.path.islink(link) else None
+        if not (os.path.islink(link) and os.readlink(link) == name):
+            if os.path.isdir(link) and not os.path.islink(link):
+                os.rename(link, os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.olddir"))
+            tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.link")
+            os.symlink(name, tmp)  # relative: the bin dir stays relocatable
+            crash_point("link-made")
+            os.rename(tmp, link)
+            changed = True
+            say(log, f"install: {link} -> {name}")
+
+        # 3. The launchers, after the bundle they start (a new applet never appears before its code).
+        for applet in launchers(src):
+            path = os.path.join(dest, applet)
+            new = os.path.join(src, applet)
+            if os.path.isfile(path) and not os.path.islink(path) and _same_bytes(path, new) \
+                    and os.access(path, os.X_OK):
+                continue
+            replace_file(new, dest, applet)
+            changed = True
+            say(log, f"install: {path}")
+        os.fsync(dfd)
+
+        # 4. Older bundles. The one .skb pointed at until now stays until the next upgrade: a plugin
+        # started from it a moment ago still loads modules from it, and an installer in a container
+        # cannot see the node's processes to know. Older ones go once no visible process maps them.
+        for entry in sorted(os.listdir(dest)):
+            path = os.path.join(dest, entry)
+            if entry in (name, previous) or not BUNDLE_RE.match(entry) or os.path.islink(path) \
+                    or not os.path.isdir(path):
+                continue
+            deadline = time.monotonic() + old_bundle_wait
+            while mapped_by_someone(path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            remove_dir(dest, entry)
+            changed = True
+            say(log, f"install: removed {path}")
+        for entry in os.listdir(dest):
+            if entry.startswith(TMP_PREFIX):
+                remove_any(os.path.join(dest, entry))
+        os.fsync(dfd)
+    return changed
+
+
+def suite_installed(src, dest):
+    """True when ``dest`` holds exactly the suite of ``src`` (cheap: no MANIFEST check of the bundle)."""
+    try:
+        name = staged_bundle(dest)
+        return name == staged_bundle(src) and os.path.isdir(os.path.join(dest, name)) and all(
+            os.path.isfile(os.path.join(dest, a)) and _same_bytes(os.path.join(dest, a), os.path.join(src, a))
+            for a in launchers(src))
+    except (InstallError, OSError):
+        return False
+
+
+def uninstall_suite(dest, applets, log=print):
+    """Remove our launchers (only files that are ours: a Go plugin of the same name stays), the .skb link
+    and every bundle dir. Launchers go first, so nothing is left that could exec a missing bundle."""
+    dest = os.path.abspath(dest)
+    if not os.path.isdir(dest):
+        return False
+    changed = False
+    with DirLock(dest) as dfd:
+        for applet in sorted(applets):
+            path = os.path.join(dest, applet)
+            if is_our_launcher(path):
+                os.unlink(path)
+                changed = True
+                say(log, f"uninstall: removed {path}")
+            elif os.path.lexists(path):
+                say(log, f"uninstall: kept {path}: not an skb-cni launcher")
+        os.fsync(dfd)
+        link = os.path.join(dest, LINK)
+        if os.path.islink(link):
+            os.unlink(link)
+            changed = True
+        for entry in sorted(os.listdir(dest)):
+            path = os.path.join(dest, entry)
+            if (BUNDLE_RE.match(entry) or entry.startswith(TMP_PREFIX)) and os.path.lexists(path):
+                remove_any(path)
+                changed = True
+                say(log, f"uninstall: removed {path}")
+        os.fsync(dfd)
+    return changed
+
+
+def _same_bytes(a, b):
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()

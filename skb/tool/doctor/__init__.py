@@ -1,0 +1,53 @@
+"""``skb doctor``: find what is wrong with a node's CNI set-up, one line per problem.
+
+Each finding says what is wrong, the evidence, and the fix. Severities: ``error`` (pods will not get a
+working network), ``warning`` (something will bite: a shadowed file, a leaked address, runtimes that
+disagree), ``note`` (worth knowing, not a problem: which file wins). Errors and warnings make the exit
+status 1.
+
+Where it looks. The conf dir and bin dirs come from ``--conf-dir``/``--bin-dir``; from containerd's
+``config.toml`` (``[plugins."io.containerd.grpc.v1.cri".cni] conf_dir, bin_dir``; containerd 2's
+``[plugins."io.containerd.cri.v1.runtime".cni] conf_dir, bin_dirs``); and from CRI-O's ``crio.conf`` and
+``crio.conf.d/*`` (``[crio.network] network_dir, plugin_dirs, cni_default_network``). Every distinct
+set of directories is checked; a runtime whose directories differ from another's (or from the flags) is
+reported. With no flag and no runtime configuration the defaults ``/etc/cni/net.d`` and
+``/opt/cni/bin`` are used.
+
+What it checks, with the finding codes:
+
+- ``no-config``: the conf dir is missing, or holds no ``.conf``/``.conflist``/``.json`` file (containerd:
+  "cni config uninitialized", kubelet: "cni plugin not initialized").
+- ``wrong-extension``: a CNI configuration under an extension libcni ignores (``10-net.conflist.bak``,
+  ``net.yaml``), or a conflist in a ``.conf``/``.json`` file (read as a single plugin: "missing 'type'").
+- ``no-plugins``: a ``.conflist`` without ``plugins`` ("no 'plugins' key" before libcni 1.3, "no plugin
+  configs found" since).
+- ``invalid-json``: with line and column; ``load-error``: any other reason libcni rejects a file. Either
+  breaks every network lookup in the directory, not only that file's.
+- ``shadowed``: the same network name in several files (libcni uses the first: ``.conflist`` before
+  ``.conf``/``.json``, then by file name); a note names the file a runtime takes as the pod network (the
+  first by name; CRI-O's ``cni_default_network`` by name) and those it never reads.
+- ``plugin-missing`` / ``plugin-not-executable``: a ``type`` (or ``ipam.type``) with no regular file in
+  any bin dir, or one that cannot be executed.
+- ``version-failed`` / ``version-unsupported``: a plugin that fails VERSION, or whose ``supportedVersions``
+  lacks the network's ``cniVersion`` (podman then drops the network; libcni's ``ValidateNetworkList``).
+- ``host-lo-down``: the node's ``lo`` is DOWN (the reference loopback's DEL through a reused
+  ``/proc/PID/ns/net`` did this).
+- ``forwarding-off`` / ``rp-filter-strict``: for networks whose pods are routed through the node (``ptp``,
+  ``bridge``): IPv4/IPv6 forwarding disabled, or strict reverse-path filtering (``rp_filter=1`` on
+  ``all``/``default`` or on a pod's host-side interface), which drops pod traffic that arrives by an
+  interface other than the one the reply route uses (health checks from another node address,
+  multi-homed nodes, policy routing).
+- ``leaked-reservation``: a host-local reservation (a file ``<dataDir>/<network>/<ip>`` holding
+  ``<containerID>\\r\\n<ifname>``) is *leaked* when the runtime can no longer release it: its attachment
+  has no cached result in ``<cache-dir>/results`` (no runtime will DEL it), or it has one whose recorded
+  netns no longer exists (the container is gone and its DEL never completed). The fix is ``skb gc``:
+  ``--keep-live`` DELs the cached attachments whose netns is gone and sends GC with the live ones as
+  ``cni.dev/valid-attachments`` (cniVersion 1.1.0 and an IPAM that implements GC free the rest);
+  otherwise the files named in the evidence can be removed by hand once the containers are confirmed gone.
+- ``--probe``: ADD of the pod network (the first file) in a scratch netns with CRI's CNI_ARGS, then DEL.
+  ``probe-failed`` when ADD or DEL fails; ``probe-no-ip`` when the result has no address on the interface
+  the runtime looks up (``eth0``: containerd then fails the sandbox with "failed to find network info for
+  sandbox"). Addresses are attributed as containerd's go-cni does: an IP without an ``interface`` index
+  belongs to the default interface.
+"""
+from skb.tool.doctor.command import add_parser, command, run  # noqa: F401 (the package's interface)

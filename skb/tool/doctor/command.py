@@ -1,0 +1,120 @@
+"""``skb doctor``: run the checks in order, report, exit status."""
+import sys
+import json
+
+from skb.tool.style import Style
+from skb.tool.doctor.findings import Finding, SEVERITIES
+from skb.tool.doctor.runtimes import CONTAINERD_CONFIG, CRIO_CONFIG, CRIO_CONFIG_DIR, views_from
+from skb.tool.doctor.confdir import check_conf_dir, check_shadowing
+from skb.tool.doctor.plugins import check_plugins
+from skb.tool.doctor.node import check_host_lo, check_routing
+from skb.tool.doctor.reservations import check_leaks
+from skb.tool.doctor.probe import probe
+
+
+def run(opts):
+    """All findings, in report order, and the views checked."""
+    findings = []
+    views, runtimes = views_from(opts, findings)
+    networks_seen = []
+    for view in views:
+        before = len(findings)
+        loaded = check_conf_dir(view, findings)
+        default = check_shadowing(view, loaded, findings)
+        networks = [e.netconf for e in loaded if e.netconf]
+        check_plugins(view, networks, findings, run_version=not opts.no_version)
+        for n in networks:
+            if all(n.source != m.source for m in networks_seen):
+                networks_seen.append(n)
+        if len(views) > 1:
+            for f in findings[before:]:
+                f.what = f"[{view.source}] {f.what}"
+        if opts.probe:
+            if default is None:
+                findings.append(Finding("error", "probe-failed", "no pod network to probe",
+                                        f"nothing loads in {view.conf_dir}", "fix the findings above"))
+            else:
+                probe(view, default, opts, findings)
+    check_host_lo(findings)
+    check_routing(networks_seen, opts.cache_dir, findings)
+    check_leaks(networks_seen, opts.cache_dir, findings)
+    unique, keys = [], set()
+    for f in findings:
+        if f.key() not in keys:
+            keys.add(f.key())
+            unique.append(f)
+    return unique, views
+
+
+def report(findings, views, style, out):
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}
+    label = {"error": style.red("error  "), "warning": style.yellow("warning"), "note": style.dim("note   ")}
+    for f in sorted(findings, key=lambda f: SEVERITIES.index(f.severity)):
+        line = f"{label[f.severity]} {style.bold(f.code)}: {f.what}"
+        if f.evidence:
+            line += f" {style.dim('| evidence:')} {f.evidence}"
+        if f.fix:
+            line += f" {style.dim('| fix:')} {f.fix}"
+        print(line, file=out)
+    where = "; ".join(f"{v.source}: conf dir {v.conf_dir}, bin dirs {':'.join(v.bin_dirs)}" for v in views)
+    problems = counts["error"] + counts["warning"]
+    verdict = style.green("no problems found") if not problems else \
+        style.red(f"{counts['error']} error{'s' if counts['error'] != 1 else ''}") + \
+        f", {counts['warning']} warning{'s' if counts['warning'] != 1 else ''}"
+    print(f"skb doctor: {verdict} ({counts['note']} note{'s' if counts['note'] != 1 else ''}); checked {where}",
+          file=out)
+
+
+def command(opts):
+    findings, views = run(opts)
+    problems = [f for f in findings if f.severity != "note"]
+    if opts.json:
+        print(json.dumps({"problems": [f.to_dict() for f in problems],
+                          "notes": [f.to_dict() for f in findings if f.severity == "note"],
+                          "summary": {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES},
+                          "checked": [v.to_dict() for v in views]}, indent=2))
+    else:
+        report(findings, views, Style.for_stream(sys.stdout, opts.color), sys.stdout)
+    return 1 if problems else 0
+
+
+EPILOG = """\
+Prints one line per problem: severity, code, what is wrong | evidence | fix; then a summary. Exit status 1
+when there are errors or warnings. Codes: no-config, wrong-extension, no-plugins, invalid-json, load-error,
+shadowed, plugin-missing, plugin-not-executable, version-failed, version-unsupported, host-lo-down,
+forwarding-off, rp-filter-strict, leaked-reservation, runtime-dirs-disagree, runtime-config-invalid,
+probe-failed, probe-no-ip. A leaked host-local reservation is one whose attachment has no cached result in
+<cache-dir>/results, or whose cached netns is gone.
+
+Without --conf-dir/--bin-dir the directories come from containerd's and CRI-O's configurations (and
+their disagreements are reported), else /etc/cni/net.d and /opt/cni/bin.
+
+examples:
+  skb doctor
+  skb doctor --json | jq '.problems[].code'
+  skb doctor --conf-dir /etc/cni/net.d --bin-dir /opt/cni/bin:/usr/lib/cni
+  skb doctor --probe                      # ADD + DEL of the pod network in a scratch netns (root)
+  skb doctor --containerd-config /etc/containerd/config.toml --crio-config ''"""
+
+
+def add_parser(sub, formatter, parents=()):
+    d = sub.add_parser("doctor", help="find what is wrong with this node's CNI set-up", parents=list(parents),
+                       description="Inspect the node's CNI configuration, plugins and state; print each "
+                                   "problem with its evidence and fix.", epilog=EPILOG, formatter_class=formatter)
+    d.add_argument("--conf-dir", help="the CNI conf dir to check (default: the runtimes', else /etc/cni/net.d)")
+    d.add_argument("--bin-dir", action="append", metavar="DIR[:DIR]",
+                   help="plugin dir (repeatable or ':'-separated; default: the runtimes', else /opt/cni/bin)")
+    d.add_argument("--containerd-config", default=CONTAINERD_CONFIG,
+                   help=f"containerd's config.toml (default: {CONTAINERD_CONFIG}; '' to ignore)")
+    d.add_argument("--crio-config", default=CRIO_CONFIG, help=f"CRI-O's crio.conf (default: {CRIO_CONFIG}; '' to ignore)")
+    d.add_argument("--crio-config-dir", default=CRIO_CONFIG_DIR,
+                   help=f"CRI-O's drop-in dir (default: {CRIO_CONFIG_DIR}; '' to ignore)")
+    d.add_argument("--cache-dir", default="/var/lib/cni", help="libcni's cache dir (default: /var/lib/cni)")
+    d.add_argument("--no-version", action="store_true", help="do not run the plugins with VERSION")
+    d.add_argument("--probe", action="store_true", help="ADD and DEL the pod network in a scratch netns")
+    d.add_argument("--probe-ifname", default="eth0", help="the interface a runtime looks up (default: eth0)")
+    d.add_argument("--probe-timeout", type=float, default=60.0, help="seconds a plugin may take in the probe")
+    d.add_argument("--netns-dir", default="/run/netns", help="where the probe's scratch netns goes")
+    d.add_argument("--json", action="store_true", help="machine-readable output")
+    d.set_defaults(func=command)
+    return d

@@ -1,0 +1,52 @@
+"""What a doctor check reports (``Finding``) and where a runtime looks (``View``)."""
+import os
+
+SEVERITIES = ("error", "warning", "note")
+DEFAULT_BIN_DIR = "/opt/cni/bin"
+
+
+class Finding:
+    __slots__ = ("severity", "code", "what", "evidence", "fix", "where")
+
+    def __init__(self, severity, code, what, evidence="", fix="", where=""):
+        self.severity = severity
+        self.code = code
+        self.what = what
+        self.evidence = _one_line(evidence)
+        self.fix = _one_line(fix)
+        self.where = where
+
+    def to_dict(self):
+        return {"severity": self.severity, "code": self.code, "what": self.what, "evidence": self.evidence,
+                "fix": self.fix, "where": self.where}
+
+    def key(self):
+        return (self.code, self.what)
+
+
+def _one_line(s):
+    return " ".join(str(s).split()) if s else ""
+
+
+class View:
+    """One runtime's idea of where CNI lives (or the flags', or the defaults)."""
+
+    __slots__ = ("source", "conf_dir", "bin_dirs", "default_network", "origin")
+
+    def __init__(self, source, conf_dir, bin_dirs, default_network="", origin=""):
+        self.source = source
+        self.conf_dir = conf_dir
+        self.bin_dirs = list(bin_dirs)
+        self.default_network = default_network
+        self.origin = origin
+
+    def key(self):
+        return (_norm(self.conf_dir), tuple(_norm(d) for d in self.bin_dirs), self.default_network)
+
+    def to_dict(self):
+        return {"source": self.source, "confDir": self.conf_dir, "binDirs": self.bin_dirs,
+                "defaultNetwork": self.default_network, "origin": self.origin}
+
+
+def _norm(path):
+    return os.path.normpath(path) if path else path

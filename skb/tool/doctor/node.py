@@ -1,0 +1,96 @@
+"""The node itself: lo, forwarding, rp_filter."""
+from skb.tool import libcni
+from skb.cni.errors import CNIError
+from skb.linux.netlink import RtNetlink
+from skb.tool.doctor.findings import Finding
+
+ROUTED_TYPES = ("ptp", "bridge")     # plugins whose pod traffic the node routes
+
+
+def _sysctl(name):
+    try:
+        with open("/proc/sys/" + name.replace(".", "/")) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def check_host_lo(findings):
+    try:
+        with RtNetlink(label="the node") as nl:
+            lo = nl.link_get("lo")
+    except CNIError as e:
+        findings.append(Finding("warning", "host-lo-down", "cannot read the node's lo", str(e),
+                                "run skb doctor as root on the node"))
+        return
+    if not lo.flags & 0x1:
+        findings.append(Finding(
+            "error", "host-lo-down", "the node's loopback interface lo is DOWN",
+            f"lo (index {lo.index}) has no UP flag; everything that talks to localhost on the node fails "
+            "(kubelet, the runtime's own sockets). A DEL of the reference loopback plugin aimed at a reused "
+            "/proc/PID/ns/net does exactly this",
+            "ip link set lo up; then find the runtime call that did it (skb log of the debug capture)"))
+
+
+def check_routing(networks, cache_dir, findings):
+    routed = [n for n in networks if any(p.type in ROUTED_TYPES for p in n.plugins)]
+    if not routed:
+        return
+    names = ", ".join(f'"{n.name}"' for n in routed)
+    subnets = [s for n in routed for s in _subnets(n)]
+    v4 = not subnets or any(":" not in s for s in subnets)   # no subnet given (another IPAM): assume IPv4
+    v6 = any(":" in s for s in subnets)
+    if v4 and _sysctl("net.ipv4.ip_forward") == "0":
+        findings.append(Finding(
+            "error", "forwarding-off", "IPv4 forwarding is off on the node",
+            f"net.ipv4.ip_forward = 0; pods of {names} are routed through the node and cannot reach anything "
+            "beyond it (ptp turns it on at ADD: something turned it off again, e.g. a sysctl.d file or "
+            "systemd-networkd's IPForward=no)",
+            "sysctl -w net.ipv4.ip_forward=1 and persist it in /etc/sysctl.d/"))
+    if v6 and _sysctl("net.ipv6.conf.all.forwarding") == "0":
+        findings.append(Finding(
+            "error", "forwarding-off", "IPv6 forwarding is off on the node",
+            f"net.ipv6.conf.all.forwarding = 0 and {names} hand out IPv6 addresses",
+            "sysctl -w net.ipv6.conf.all.forwarding=1 and persist it in /etc/sysctl.d/"))
+    if not v4:
+        return
+    strict = [f"net.ipv4.conf.{k}.rp_filter = 1" for k in ("all", "default") if _sysctl(f"net.ipv4.conf.{k}.rp_filter") == "1"]
+    for ifname in _host_side_interfaces(routed, cache_dir):
+        if _sysctl(f"net.ipv4.conf.{ifname}.rp_filter") == "1":
+            strict.append(f"net.ipv4.conf.{ifname}.rp_filter = 1 (host side of a pod)")
+    if strict:
+        findings.append(Finding(
+            "warning", "rp-filter-strict", "strict reverse-path filtering where pod traffic passes",
+            f"{'; '.join(strict)} (the kernel applies the larger of all and the interface); pods of {names} are "
+            "routed through the node, and packets whose reply would leave by another interface are dropped "
+            "silently: health checks from another node address, multi-homed nodes, policy routing",
+            "sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.default.rp_filter=2 (loose) and persist it "
+            "in /etc/sysctl.d/"))
+
+
+def _subnets(netconf):
+    out = []
+    for p in netconf.plugins:
+        ipam = p.raw.get("ipam") if isinstance(p.raw.get("ipam"), dict) else {}
+        out.append(ipam.get("subnet"))
+        out += [r.get("subnet") for rs in ipam.get("ranges") or [] if isinstance(rs, list)
+                for r in rs if isinstance(r, dict)]
+    return [s for s in out if isinstance(s, str)]
+
+
+def _host_side_interfaces(networks, cache_dir):
+    """Host-side interface names (no sandbox) in the cached results of these networks."""
+    names = {n.name for n in networks}
+    out = []
+    for att in libcni.CNIConfig([], cache_dir).cached_attachments():
+        if att.network not in names:
+            continue
+        try:
+            with open(att.path, "rb") as f:
+                rec = libcni.jsonio.loads(f.read())
+        except (OSError, ValueError):
+            continue
+        for iface in (rec.get("result") or {}).get("interfaces") or []:
+            if isinstance(iface, dict) and iface.get("name") and not iface.get("sandbox"):
+                out.append(iface["name"])
+    return out

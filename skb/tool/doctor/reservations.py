@@ -1,0 +1,112 @@
+"""host-local reservations nothing will release."""
+import os
+import socket
+
+from skb.tool import libcni
+from skb.tool.doctor.findings import Finding
+
+HOST_LOCAL_DATA_DIR = "/var/lib/cni/networks"
+
+
+def _is_ip(name):
+    for fam in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(fam, name)
+            return True
+        except OSError:
+            pass
+    return False
+
+
+def reservations(store):
+    """(ip, containerID, ifname or None, path) for each reservation file of a host-local store."""
+    try:
+        names = sorted(os.listdir(store))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not _is_ip(name):
+            continue
+        path = os.path.join(store, name)
+        try:
+            with open(path, "rb") as f:   # binary: text mode would fold the "\r\n" separator
+                content = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        cid, sep, ifname = content.partition("\r\n")
+        out.append((name, cid.strip(), ifname.strip() if sep else None, path))
+    return out
+
+
+def leaked_reservations(network, store, cache_dir):
+    """The reservations of ``network`` in ``store`` that nothing will release, with the reason: no cached
+    result for the attachment, or a cached result whose netns is gone."""
+    cni = libcni.CNIConfig([], cache_dir)
+    cached = {}
+    for att in cni.cached_attachments():
+        if att.network == network:
+            cached.setdefault((att.container_id, att.ifname), att)
+            cached.setdefault((att.container_id, None), att)   # legacy reservations carry no ifname
+    out = []
+    for ip, cid, ifname, path in reservations(store):
+        att = cached.get((cid, ifname))
+        if att is None:
+            out.append((ip, cid, ifname, path, "no cached result", None))
+        elif att.netns and not os.path.exists(att.netns):
+            out.append((ip, cid, ifname, path, f"netns {att.netns} is gone", att))
+    return out
+
+
+def host_local_stores(networks):
+    """(network, dataDir store path, plugin) of every host-local IPAM in these networks."""
+    out = []
+    seen = set()
+    for n in networks:
+        for p in n.plugins:
+            ipam = p.raw.get("ipam") if isinstance(p.raw.get("ipam"), dict) else None
+            if not ipam or p.ipam_type != "host-local":
+                continue
+            data_dir = libcni._field(ipam, "dataDir") or HOST_LOCAL_DATA_DIR
+            store = os.path.join(data_dir, n.name)
+            if (n.name, store) not in seen:
+                seen.add((n.name, store))
+                out.append((n, store))
+    return out
+
+
+def check_leaks(networks, cache_dir, findings):
+    for netconf, store in host_local_stores(networks):
+        leaked = leaked_reservations(netconf.name, store, cache_dir)
+        if not leaked:
+            continue
+        shown = "; ".join(f"{ip} (container {cid}, {ifname or 'no ifname'}: {why})"
+                          for ip, cid, ifname, _p, why, _a in leaked[:5])
+        more = f"; and {len(leaked) - 5} more" if len(leaked) > 5 else ""
+        gc_can = libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0") if _parses(netconf.cni_version) else False
+        uncached = [p for _ip, _c, _i, p, why, att in leaked if att is None]
+        if gc_can:
+            fix = f"skb gc {netconf.name} --keep-live (DELs the dead attachments, then GC frees the rest)"
+        elif len(uncached) < len(leaked):
+            fix = (f"skb gc {netconf.name} --keep-live DELs those with a gone netns; GC of the others needs "
+                   f"cniVersion 1.1.0: remove their files by hand once the containers are confirmed gone: "
+                   f"rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}")
+        else:
+            fix = (f"GC needs cniVersion 1.1.0 (the network has {netconf.cni_version or '0.1.0'}); once the "
+                   f"containers are confirmed gone: rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}")
+        results = os.path.join(cache_dir, "results")
+        if not (os.path.isdir(results) and os.listdir(results)):
+            more += (f"; {results} holds no cached result at all: if the runtime keeps its libcni cache elsewhere, "
+                     "run skb doctor --cache-dir DIR")
+        findings.append(Finding(
+            "warning", "leaked-reservation",
+            f'{len(leaked)} leaked host-local reservation{"s" if len(leaked) > 1 else ""} in network "{netconf.name}"',
+            f"{shown}{more}; store {store}, cache {os.path.join(cache_dir, 'results')}", fix, store))
+
+
+def _parses(v):
+    try:
+        libcni.version_ge(v or "0.1.0", "0.1.0")
+        return True
+    except libcni.LibcniError:
+        return False

@@ -1,0 +1,305 @@
+"""Network configurations as libcni loads them: plugin objects, configuration lists, the conf dir
+(docs/REFERENCE.md#loading-configurations)."""
+import os
+
+from skb.cni import result as cniresult
+from skb.cni.errors import CNIError
+from skb.tool.libcni.errors import LibcniError, NoConfigsFound, NotFound
+from skb.tool.libcni.gojson import _decode, _field, _json_kind, go_marshal, go_type
+from skb.cni import jsonio
+
+CURRENT_VERSION = "1.1.0"        # the spec version this library implements (libcni's version.Current())
+DEFAULT_CONF_DIR = "/etc/cni/net.d"
+
+
+class PluginConfig:
+    """One plugin object: ``raw`` (decoded), ``bytes`` (what libcni keeps: the object re-encoded), and the
+    fields libcni reads from it."""
+
+    __slots__ = ("raw", "bytes", "type", "name", "cni_version", "capabilities", "ipam_type", "source")
+
+    def __init__(self, raw, data, source=""):
+        self.raw = raw
+        self.bytes = data
+        self.source = source
+        self.type = _field(raw, "type") or ""
+        self.name = _field(raw, "name") or ""
+        self.cni_version = _field(raw, "cniVersion") or ""
+        self.capabilities = _field(raw, "capabilities") or {}
+        ipam = _field(raw, "ipam") or {}
+        self.ipam_type = _field(ipam, "type") or ""
+
+    def description(self):
+        """libcni's pluginDescription: ``type="ptp"``, plus the object's own name when it has one."""
+        out = f'type="{self.type}"'
+        return out + (f' name="{self.name}"' if self.name else "")
+
+    def __repr__(self):
+        return f"PluginConfig(type={self.type!r})"
+
+
+class NetworkConfigList:
+    """A network (a conflist, or a single config up-converted to one)."""
+
+    __slots__ = ("name", "cni_version", "disable_check", "disable_gc", "load_only_inlined", "plugins",
+                 "bytes", "raw", "source")
+
+    def __init__(self, name, cni_version, disable_check, disable_gc, load_only_inlined, plugins, data, raw,
+                 source=""):
+        self.name = name
+        self.cni_version = cni_version
+        self.disable_check = disable_check
+        self.disable_gc = disable_gc
+        self.load_only_inlined = load_only_inlined
+        self.plugins = plugins
+        self.bytes = data
+        self.raw = raw
+        self.source = source
+
+    def __repr__(self):
+        return (f"NetworkConfigList(name={self.name!r}, cniVersion={self.cni_version!r}, "
+                f"plugins={[p.type for p in self.plugins]!r}, source={self.source!r})")
+
+
+
+def _check_plugin_fields(raw):
+    """The type errors Go's decoder reports when it reads a plugin object into types.PluginConf."""
+    if not isinstance(raw, dict):
+        return f"json: cannot unmarshal {_json_kind(raw)} into Go value of type types.PluginConf"
+    for key, kind, gotype in (("cniVersion", str, "string"), ("name", str, "string"), ("type", str, "string"),
+                              ("capabilities", dict, "map[string]bool"), ("ipam", dict, "types.IPAM"),
+                              ("dns", dict, "types.DNS"), ("prevResult", dict, "map[string]interface {}")):
+        v = _field(raw, key)
+        if v is not None and not isinstance(v, kind):
+            return f"json: cannot unmarshal {_json_kind(v)} into Go struct field PluginConf.{key} of type {gotype}"
+    for cap, v in (_field(raw, "capabilities") or {}).items():
+        if v is not None and not isinstance(v, bool):
+            return (f"json: cannot unmarshal {_json_kind(v)} into Go struct field PluginConf.capabilities "
+                    f"of type bool")
+    ipam_type = _field(_field(raw, "ipam") or {}, "type")
+    if ipam_type is not None and not isinstance(ipam_type, str):
+        return f"json: cannot unmarshal {_json_kind(ipam_type)} into Go struct field IPAM.ipam.type of type string"
+    return None
+
+
+def plugin_conf_from_bytes(data, source=""):
+    """libcni's NetworkPluginConfFromBytes: one plugin object, which must have a ``type``."""
+    try:
+        raw = jsonio.loads(data)
+    except jsonio.JSONSyntaxError as e:
+        raise LibcniError(f"error parsing configuration: {e}") from None
+    problem = _check_plugin_fields(raw)
+    if problem:
+        raise LibcniError(f"error parsing configuration: {problem}")
+    conf = PluginConfig(raw, bytes(data) if not isinstance(data, str) else data.encode(), source)
+    if not conf.type:
+        raise LibcniError("error parsing configuration: missing 'type'")
+    return conf
+
+
+def _version_gt(a, b, what):
+    try:
+        return cniresult.parse_version(a) > cniresult.parse_version(b)
+    except CNIError as e:
+        raise LibcniError(f"error parsing configuration list: {what}: {e.msg}") from None
+
+
+def version_ge(a, b):
+    """Go's version.GreaterThanOrEqualTo; an unparseable version is a LibcniError."""
+    try:
+        return cniresult.parse_version(a) >= cniresult.parse_version(b)
+    except CNIError as e:
+        raise LibcniError(e.msg) from None
+
+
+def _read_bool(raw, key):
+    v = raw.get(key)
+    if v is None and key not in raw:
+        return False
+    if isinstance(v, bool):
+        return v
+    if not isinstance(v, str):
+        raise LibcniError(f"error parsing configuration list: invalid type {go_type(v)} for {key}")
+    s = v.lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise LibcniError(f'error parsing configuration list: invalid value "{s}" for {key}')
+
+
+def conflist_from_bytes(data, source=""):
+    """libcni's NetworkConfFromBytes: a conflist, without the plugin objects from the sub-directory.
+    The selected ``cni_version`` follows §2.4 (``cniVersions``: the highest not newer than 1.1.0)."""
+    data = data.encode() if isinstance(data, str) else bytes(data)
+    raw = _decode(data, "error parsing configuration list")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise LibcniError(f"error parsing configuration list: json: cannot unmarshal {_json_kind(raw)} into Go "
+                          "value of type map[string]interface {}")
+    if "name" not in raw:
+        raise LibcniError("error parsing configuration list: no name")
+    name = raw["name"]
+    if not isinstance(name, str):
+        raise LibcniError(f"error parsing configuration list: invalid name type {go_type(name)}")
+    version = ""
+    if "cniVersion" in raw:
+        version = raw["cniVersion"]
+        if not isinstance(version, str):
+            raise LibcniError(f"error parsing configuration list: invalid cniVersion type {go_type(version)}")
+    if "cniVersions" in raw:
+        listed = raw["cniVersions"]
+        if not isinstance(listed, list):
+            raise LibcniError(f"error parsing configuration list: invalid type for cniVersions: {go_type(listed)}")
+        keep = []
+        for i, v in enumerate(listed):
+            if not isinstance(v, str):
+                raise LibcniError(f"error parsing configuration list: invalid type for cniVersions index {i}: "
+                                  f"{go_type(v)}")
+            if not _version_gt(v, CURRENT_VERSION, f"invalid cniVersions entry {v} at index {i}"):
+                keep.append(v)
+        if version and not _version_gt(version, CURRENT_VERSION, f"invalid cniVersion {version}"):
+            keep.append(version)
+        if keep:
+            version = max(keep, key=cniresult.parse_version)
+    disable_check = _read_bool(raw, "disableCheck")
+    disable_gc = _read_bool(raw, "disableGC")
+    inlined_only = _read_bool(raw, "loadOnlyInlinedPlugins")
+    conf = NetworkConfigList(name, version, disable_check, disable_gc, inlined_only, [], data, raw, source)
+    if "plugins" not in raw:
+        if inlined_only:
+            raise LibcniError("error parsing configuration list: `loadOnlyInlinedPlugins` is true, and no "
+                              "'plugins' key")
+        return conf
+    plugins = raw["plugins"]
+    if not isinstance(plugins, list):
+        raise LibcniError(f"error parsing configuration list: invalid 'plugins' type {go_type(plugins)}")
+    if not plugins:
+        raise LibcniError("error parsing configuration list: no plugins in list")
+    for i, obj in enumerate(plugins):
+        try:
+            conf.plugins.append(plugin_conf_from_bytes(go_marshal(obj), source))
+        except LibcniError as e:
+            raise LibcniError(f"failed to parse plugin config {i}", e) from None
+    return conf
+
+
+def go_ext(name):
+    """filepath.Ext: from the last dot of the name (``.conflist`` of a file named ``.conflist``)."""
+    i = name.rfind(".")
+    return name[i:] if i >= 0 else ""
+
+
+def _join(a, b):
+    return os.path.normpath(a + "/" + b)  # filepath.Join: b never restarts from the root
+
+
+def conf_files(conf_dir, extensions):
+    """libcni's ConfFiles: non-directory entries whose extension is exactly one of ``extensions``,
+    sorted; a missing directory has none."""
+    try:
+        entries = sorted(os.scandir(conf_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise LibcniError(f"open {conf_dir}: {os.strerror(e.errno).lower()}") from None
+    return [_join(conf_dir, e.name) for e in entries
+            if not e.is_dir(follow_symlinks=False) and go_ext(e.name) in extensions]
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise LibcniError(f"error reading {path}: {os.strerror(e.errno).lower()}") from None
+
+
+def plugin_confs_from_dir(conf_dir, network):
+    """Plugin objects from ``<conf_dir>/<network>/*.conf`` (libcni >= 1.3), in file-name order."""
+    sub = _join(conf_dir, network)
+    try:
+        files = conf_files(sub, (".conf",))
+    except LibcniError as e:
+        raise LibcniError(f"failed to read plugin config files in {sub}", e) from None
+    return [plugin_conf_from_bytes(_read(f), f) for f in files]
+
+
+def conflist_from_file(path):
+    """libcni's NetworkConfFromFile: the conflist plus the plugins of its sub-directory."""
+    conf = conflist_from_bytes(_read(path), path)
+    if not conf.load_only_inlined:
+        conf.plugins.extend(plugin_confs_from_dir(os.path.dirname(path) or ".", conf.name))
+    if not conf.plugins:
+        raise LibcniError("no plugin configs found")
+    return conf
+
+
+def conf_from_file(path):
+    """A deprecated single-plugin config (``.conf``/``.json``)."""
+    return plugin_conf_from_bytes(_read(path), path)
+
+
+def conflist_from_conf(single):
+    """libcni's ConfListFromConf: ``{"cniVersion", "name", "plugins": [the object]}``, re-encoded (that
+    encoding, not the file, is what gets cached)."""
+    wrapped = {"name": single.name, "cniVersion": single.cni_version, "plugins": [single.raw]}
+    conf = conflist_from_bytes(go_marshal(wrapped), single.source)
+    return conf
+
+
+def load_conf(conf_dir, name):
+    """libcni's LoadConf: the first single config (``.conf``, ``.json``) named ``name``."""
+    files = conf_files(conf_dir, (".conf", ".json"))
+    if not files:
+        raise NoConfigsFound(conf_dir)
+    for path in sorted(files):
+        conf = conf_from_file(path)
+        if conf.name == name:
+            return conf
+    raise NotFound(conf_dir, name)
+
+
+def load_network(conf_dir, name):
+    """libcni's LoadNetworkConf (what cnitool and ``skb add`` use): the network called ``name``."""
+    lists = sorted(conf_files(conf_dir, (".conflist",)))
+    for path in lists:
+        conf = conflist_from_file(path)
+        if conf.name == name:
+            return conf
+    try:
+        single = load_conf(conf_dir, name)
+    except NoConfigsFound:
+        if lists:
+            raise NotFound(conf_dir, name) from None
+        raise
+    return conflist_from_conf(single)
+
+
+def default_network_files(conf_dir):
+    """The files containerd's CRI considers, in the order it loads them (§5.7): ``.conf``,
+    ``.conflist`` and ``.json`` together, by file name. The first is the pod network."""
+    return sorted(conf_files(conf_dir, (".conf", ".conflist", ".json")))
+
+
+def load_any(path):
+    """A file as containerd's CRI loads it: ``.conflist`` as a list, others as a single config
+    up-converted to a list."""
+    if go_ext(os.path.basename(path)) == ".conflist":
+        return conflist_from_file(path)
+    return conflist_from_conf(conf_from_file(path))
+
+
+def inject_conf(plugin, values):
+    """libcni's InjectConf: set top-level keys of a plugin object; the result is re-encoded (sorted)."""
+    try:
+        raw = jsonio.loads(plugin.bytes)
+    except ValueError as e:
+        raise LibcniError(f"unmarshal existing network bytes: {e}") from None
+    for key, value in values.items():
+        if not key:
+            raise LibcniError("keys cannot be empty")
+        if value is None:
+            raise LibcniError(f"key '{key}' value must not be nil")
+        raw[key] = value
+    conf = plugin_conf_from_bytes(go_marshal(raw), plugin.source)
+    return conf
