@@ -99,6 +99,7 @@ bench: build
 # Not part of `make test`: minutes per distro, and it needs the Debian mirror and PyPI. DIST: one or both.
 DIST ?= bookworm trixie
 fresh-check:
+	@command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap; }
 	@rc=0; for d in $(DIST); do build/fresh-check $$d || rc=1; done; exit $$rc
 
 clean:
