@@ -21,11 +21,12 @@ while testing a runtime. Configuration keys (besides ``cniVersion``, ``name``, `
 ``captureFile`` (string)
     File to which one JSON line per call is appended (created 0600): ``time``, ``plugin``, ``command``,
     ``env`` (every ``CNI_*`` variable), ``stdin`` (verbatim), ``exitCode``, ``stdout``, ``stderr``,
-    ``durationMs``. It is the record of the suite's debug log (``skbDebugLog`` / ``SKB_DEBUG_LOG``, which
-    this plugin honours too), so ``skb log`` lists and ``skb replay`` re-runs calls from either. Calls
-    that fail before the configuration is read are captured as long as stdin is a JSON object naming
-    the file. VERSION calls do not read stdin (a runtime may leave it open), so only ``SKB_DEBUG_LOG``
-    records them.
+    ``durationMs``, and ``trace`` (``traceparent``, ``tracestate``) when the runtime passed W3C trace
+    context in ``TRACEPARENT``/``TRACESTATE``. It is the record of the suite's debug log (``skbDebugLog`` /
+    ``SKB_DEBUG_LOG``, which this plugin honours too), so ``skb log`` lists and ``skb replay`` re-runs
+    calls from either. Calls that fail before the configuration is read are captured as long as stdin is
+    a JSON object naming the file. VERSION calls do not read stdin (a runtime may leave it open), so
+    only ``SKB_DEBUG_LOG`` records them.
 ``addHooks``, ``delHooks``, ``checkHooks`` (lists of argv lists)
     As in the reference: commands run inside ``CNI_NETNS`` (inheriting the plugin's environment), e.g.
     ``[["sh", "-c", "ip link set $CNI_IFNAME promisc on"]]``. Failures are only reported on stderr. They

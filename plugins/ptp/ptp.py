@@ -17,6 +17,17 @@ Where it is better than the reference:
   or gone; masquerade rules are removed by name, not by the addresses read from a link that may be
   gone. The IPAM reservation is released last, once nothing routes to the address any more: a new pod
   given the same address cannot have its host route shadowed by the old veth.
+- DEL deletes only what it can prove is this attachment's (network, container ID, ifname), never a name
+  taken from its input alone. ADD gives the host veth an alias (``ip link ... alias``) holding a hash of
+  the attachment: a host veth is ours when it carries that alias (whatever its name: a renamed one, or
+  the random name ADD falls back to on a clash), or when it has the derived name and no other
+  attachment's alias (made before aliases). CNI_IFNAME in the container is deleted only when it is one
+  end of a pair whose host end is proven ours that way, the pairing checked by ifindex *and* netns id
+  (ifindexes are per netns: a bare index match proves nothing). A DEL for a network whose ADD failed
+  ("already exists") therefore leaves the other network's interface alone, and a ``prevResult`` naming
+  some other host veth changes nothing. A pair made by another implementation (Go's ptp: random name,
+  no alias) is deleted only when the runtime's cached result names its host end and the kernel shows
+  it is CNI_IFNAME's peer in CNI_NETNS; without a cached result it is left to the netns's deletion.
 - The host-netns guard (``skb.linux.guard``): ADD and CHECK refuse the node's own netns; DEL never touches
   CNI_IFNAME there but still removes its own host veth and releases the reservation.
 - CHECK verifies both ends: container link, addresses and routes, the host veth, its gateway addresses
@@ -115,6 +126,14 @@ def _hex(text, n):
 def host_veth_name(network, container_id, ifname):
     """``veth`` + 8 hex digits of a hash of the attachment: DEL can find the host end without the netns."""
     return "veth" + _hex(f"{network}\0{container_id}\0{ifname}", 8)
+
+
+TAG_PREFIX = "skb-cni ptp "
+
+
+def attachment_tag(network, container_id, ifname):
+    """The alias ADD gives the host veth: which attachment it belongs to, whatever its name becomes."""
+    return TAG_PREFIX + _hex(f"{network}\0{container_id}\0{ifname}", 32)
 
 
 def _random_veth_name():
@@ -232,7 +251,8 @@ def _attachment_free(args, conf, hnl):
         link = hnl.link_get(name)
     except NotFound:
         return
-    if link.kind == "veth" and link.link_netnsid is not None:
+    clash = link.alias.startswith(TAG_PREFIX) and link.alias != attachment_tag(conf.name, args.container_id, args.ifname)
+    if link.kind == "veth" and link.link_netnsid is not None and not clash:   # (a clash: ADD picks another name)
         raise CNIError(INTERNAL, f"attachment {args.container_id}/{args.ifname} of network {conf.name} already exists",
                        f"its host veth {name} is still there: DEL the attachment before adding it again")
 
@@ -261,7 +281,8 @@ def _make_veth(args, conf, pc, ns, hnl, cnl, undo, v6):
         # unusable while DAD runs (1-2 s after the link comes up): pod-to-pod IPv6 would fail meanwhile.
         # Nothing else is on this link to clash with, so no DAD here; set before the link goes up.
         sysctl.write(f"net/ipv6/conf/{name}/accept_dad", "0")
-        hnl.link_set_up(name)
+    # The alias is DEL's proof that this veth is the attachment's (the kernel ignores it at creation).
+    hnl.link_set(name, up=True if v6 else None, alias=attachment_tag(conf.name, args.container_id, args.ifname))
     return hnl.link_get(name), cnl.link_get(args.ifname)
 
 
@@ -350,13 +371,12 @@ def _enable_forwarding(addrs):
 def cmd_del(args, conf):
     pc = parse_conf(conf, "DEL")
     stdin = ipam.stdin_of(conf)
-    prev = _prev_result_quietly(conf)
+    mine = Ownership(conf.name, args, _prev_result_quietly(conf))
     ns = guard.open_target(args)
-    names = _host_end_names(args, conf, prev)
     if ns is not None:
         with ns:
-            _delete_container_end(args, ns, names)
-    _delete_host_end(names)
+            _delete_container_end(args, ns, mine)
+    _delete_host_end(mine)
     if pc.ip_masq:
         from skb.linux import masq
         masq.teardown(conf.name, args.ifname, args.container_id)
@@ -371,47 +391,75 @@ def _prev_result_quietly(conf):
         return None   # DEL must not fail on a cached result it cannot read
 
 
-def _host_end_names(args, conf, prev):
-    """Where our host veth may be: its derived name, and the name the cached result gives."""
-    names = [host_veth_name(conf.name, args.container_id, args.ifname)]
-    if prev is not None:
-        names += [i.name for i in prev.interfaces if i.sandbox is None and i.name.startswith("veth")]
-    return list(dict.fromkeys(names))
+class Ownership:
+    """Which host veth is this attachment's (see the module docstring): ``owns(link, paired)``, where
+    ``paired`` says the kernel showed ``link`` to be CNI_IFNAME's peer in CNI_NETNS."""
+
+    __slots__ = ("derived", "tag", "cached", "cached_pair")
+
+    def __init__(self, network, args, prev):
+        self.derived = host_veth_name(network, args.container_id, args.ifname)
+        self.tag = attachment_tag(network, args.container_id, args.ifname)
+        self.cached = [i.name for i in prev.interfaces if not i.sandbox and i.name != self.derived] if prev else []
+        # For a pair without our alias, the cached result counts only when it records this very pair.
+        self.cached_pair = bool(prev and args.netns and any(i.name == args.ifname and i.sandbox == args.netns
+                                                             for i in prev.interfaces))
+
+    def candidates(self):
+        return list(dict.fromkeys([self.derived] + self.cached))
+
+    def owns(self, link, paired=False):
+        if link.kind != "veth" or link.link_netnsid is None:
+            return False                         # a ptp host end is a veth whose peer is in another netns
+        if link.alias.startswith(TAG_PREFIX):
+            return link.alias == self.tag        # made by our ADD: for this attachment, or for another
+        if link.name == self.derived:
+            return True                          # the name only this attachment gets (made before aliases)
+        # another implementation's pair, as the runtime recorded it and the kernel shows it
+        return paired and self.cached_pair and link.name in self.cached
 
 
-def _delete_container_end(args, ns, names):
-    """Delete CNI_IFNAME in the container only if it is one end of a ptp pair: after a failed ADD (the name
-    was taken) the runtime's DEL must not destroy another network's interface. A ptp pair is ours by
-    name, or (no cached result, e.g. an attachment Go's ptp made) a veth whose peer is a host veth that
-    is not enslaved to a bridge, as every ptp host end is."""
+def verified_peer(hnl, ns, cont):
+    """The host link that is the container link ``cont``'s veth peer, proven by ifindex and netns id on
+    both sides (ifindexes are per netns); None when its peer is not in this netns."""
+    if cont.kind != "veth" or not cont.link_index or cont.link_netnsid is None:
+        return None
+    try:
+        host = hnl.link_get(cont.link_index)
+    except NotFound:
+        return None
+    if host.kind != "veth" or host.link_index != cont.index or host.link_netnsid is None:
+        return None
+    return host if host.link_netnsid == hnl.nsid_of(ns) else None
+
+
+def _delete_container_end(args, ns, mine):
+    """Delete CNI_IFNAME in the container only if it is one end of a pair whose host end is proven this
+    attachment's: after a failed ADD (the name was taken) the runtime's DEL must not destroy another
+    network's interface."""
     with RtNetlink.for_netns(ns) as cnl, RtNetlink() as hnl:
         try:
-            link = cnl.link_get(args.ifname)
+            cont = cnl.link_get(args.ifname)
         except NotFound:
             return
-        if link.kind == "veth" and link.link_index:
-            try:
-                peer = hnl.link_get(link.link_index)
-            except NotFound:
-                peer = None
-            if (peer is not None and peer.kind == "veth" and peer.link_index == link.index
-                    and (peer.name in names or (peer.name.startswith("veth") and not peer.master))):
-                _delete_quietly(cnl, link.index)
-                return
-        guard.note(f"DEL: {args.ifname} in {args.netns} is not the container end of a ptp pair: left alone")
+        host = verified_peer(hnl, ns, cont)
+        if host is not None and mine.owns(host, paired=True):
+            _delete_quietly(cnl, cont.index)
+            return
+        guard.note(f"DEL: {args.ifname} in {args.netns} is not the container end of this attachment's ptp pair: "
+                   "left alone")
 
 
-def _delete_host_end(names):
+def _delete_host_end(mine):
     """Delete our host veth (and with it the pair and its host routes) when the container end could not
-    be reached: by its derived name, or by the name the cached result gives."""
+    be reached: by its derived name, or by the cached result's name when it carries our alias."""
     with RtNetlink() as hnl:
-        for name in names:
+        for name in mine.candidates():
             try:
                 link = hnl.link_get(name)
             except NotFound:
                 continue
-            # Ours only if it is a veth whose peer lives in another netns (a container's).
-            if link.kind == "veth" and link.link_netnsid is not None:
+            if mine.owns(link):
                 _delete_quietly(hnl, link.index)
 
 
@@ -438,7 +486,7 @@ def cmd_check(args, conf):
         with RtNetlink.for_netns(ns) as cnl:
             cont = _check_container(args, pc, cnl, cont_if, prev, addrs)
         with RtNetlink() as hnl:
-            _check_host(hnl, pc, cont, host_if, addrs)
+            _check_host(hnl, ns, pc, cont, host_if, addrs)
     if pc.ip_masq and addrs:
         from skb.linux import masq
         backend = pc.masq_backend or masq.choose(None)
@@ -494,14 +542,12 @@ def _check_container(args, pc, cnl, cont_if, prev, addrs):
     return link
 
 
-def _check_host(hnl, pc, cont, host_if, addrs):
+def _check_host(hnl, ns, pc, cont, host_if, addrs):
     from skb.linux.netlink_codec import parse_prefix
-    try:
-        host = hnl.link_get(cont.link_index)
-    except NotFound:
-        raise CNIError(INTERNAL, f"ptp: the host end of {cont.name} (ifindex {cont.link_index}) is missing") from None
-    if host.kind != "veth":
-        raise CNIError(INTERNAL, f"ptp: the host end of {cont.name} is {host.name}, not a veth")
+    host = verified_peer(hnl, ns, cont)
+    if host is None:
+        raise CNIError(INTERNAL, f"ptp: the host end of {cont.name} is missing",
+                       f"{cont.name}'s veth peer is not a veth in the host's netns (ifindex {cont.link_index})")
     if host_if is not None:
         if host_if.name != host.name:
             raise CNIError(INTERNAL, f"ptp: host veth {host_if.name} in prevResult is not the peer of "

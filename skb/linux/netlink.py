@@ -28,7 +28,8 @@ from skb.linux.netlink_codec import (IFA_F_NODAD, IFF_UP, IFLA_EXT_MASK, IFLA_MT
                                        RTM_NEWADDR, RTM_NEWLINK, RTM_NEWROUTE, RTM_SETLINK, RTN_UNICAST,
                                        RTPROT_BOOT, RT_SCOPE_NOWHERE, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN,
                                        Route, SOL_NETLINK, _I32, _IFADDR, _IFINFO, _RTMSG, _cstr,
-                                       addr_payload, attr_u32, cidr, decode_addr, decode_link, decode_route,
+                                       IFLA_IFALIAS, RTM_GETNSID, addr_payload, attr_str, attr_u32, cidr,
+                                       decode_addr, decode_link, decode_nsid, decode_route, nsid_request,
                                        ifinfomsg, link_select, message, ntop, parse_attrs, parse_error,
                                        parse_ip, parse_prefix, route_payload, split_messages, veth_payload)
 
@@ -208,8 +209,8 @@ class RtNetlink:
         replies = self._dump(RTM_GETLINK, ifinfomsg() + attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS), "links")
         return [decode_link(p) for p in replies]
 
-    def link_set(self, link, up=None, mtu=None):
-        """Set a link up or down and/or its MTU, in one request."""
+    def link_set(self, link, up=None, mtu=None, alias=None):
+        """Set a link up or down, its MTU and/or its alias (``ip link set ... alias``), in one request."""
         if isinstance(link, Link):
             link = link.index
         payload = link_select(link)
@@ -218,12 +219,15 @@ class RtNetlink:
                 + payload[16:]
         if mtu is not None:
             payload += attr_u32(IFLA_MTU, mtu)
+        if alias is not None:
+            payload += attr_str(IFLA_IFALIAS, alias)
         try:
             self._ack(RTM_SETLINK, 0, payload)
         except _KernelError as e:
             shown = f'"{link}"' if isinstance(link, str) else f"#{link}"
             change = ", ".join(x for x in ("up" if up else "down" if up is not None else "",
-                                           f"mtu {mtu}" if mtu is not None else "") if x)
+                                           f"mtu {mtu}" if mtu is not None else "",
+                                           f"alias {alias!r}" if alias is not None else "") if x)
             raise self._error(e, f"setting link {shown} {change}", {
                 _errno.ENODEV: f"link {shown} not found in netns {self.label}"}, link) from None
 
@@ -262,6 +266,16 @@ class RtNetlink:
             except NotFound:
                 clash, where = peer, peer_label
             raise self._error(e, "", {e.err: f'link name "{clash}" already exists in netns {where}'}, clash) from None
+
+    def nsid_of(self, ns):
+        """The id this socket's netns gives the netns ``ns`` (a NetNS or an fd): what a link's
+        ``link_netnsid`` holds when its peer lives there. None when none is assigned."""
+        fd = ns if isinstance(ns, int) else ns.fd
+        try:
+            replies, _ = self._talk(RTM_GETNSID, 0, nsid_request(fd))
+        except _KernelError as e:
+            raise self._error(e, "getting the id of a network namespace") from None
+        return decode_nsid(replies[0]) if replies else None
 
     # -- addresses --------------------------------------------------------------------------------
 

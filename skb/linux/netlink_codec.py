@@ -22,11 +22,13 @@ NLMSGERR_ATTR_MSG = 1
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK, RTM_SETLINK = 16, 17, 18, 19
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
+RTM_NEWNSID, RTM_GETNSID = 88, 90
+NETNSA_NSID, NETNSA_FD = 1, 3
 
 IFF_UP = 0x1
 IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_MASTER = 1, 3, 4, 5, 10
 IFLA_TXQLEN, IFLA_OPERSTATE, IFLA_LINKINFO, IFLA_NET_NS_FD, IFLA_EXT_MASK = 13, 16, 18, 28, 29
-IFLA_LINK_NETNSID = 37
+IFLA_IFALIAS, IFLA_LINK_NETNSID = 20, 37
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 VETH_INFO_PEER = 1
 RTEXT_FILTER_SKIP_STATS = 1 << 3    # replies without the ~1 KB of counters we never read
@@ -255,7 +257,7 @@ def route_payload(dst, gateway=None, oif=None, scope=RT_SCOPE_UNIVERSE, protocol
 
 class Link:
     __slots__ = ("index", "name", "flags", "mtu", "mac", "kind", "operstate", "txqlen", "link_index",
-                 "link_netnsid", "master")
+                 "link_netnsid", "master", "alias")
 
     @property
     def up(self):
@@ -280,7 +282,21 @@ def decode_link(payload):
     link.link_index = _u32(a[IFLA_LINK]) if IFLA_LINK in a else 0
     link.link_netnsid = _I32.unpack(a[IFLA_LINK_NETNSID])[0] if IFLA_LINK_NETNSID in a else None
     link.master = _u32(a[IFLA_MASTER]) if IFLA_MASTER in a else 0
+    link.alias = _cstr(a[IFLA_IFALIAS]) if IFLA_IFALIAS in a else ""
     return link
+
+
+def nsid_request(fd):
+    """RTM_GETNSID payload: which id this netns gives the netns open on ``fd`` (a padded rtgenmsg, then
+    NETNSA_FD)."""
+    return b"\0\0\0\0" + attr_u32(NETNSA_FD, fd)
+
+
+def decode_nsid(payload):
+    """The NETNSA_NSID of an RTM_NEWNSID reply; None when the kernel has assigned none (-1)."""
+    raw = parse_attrs(payload, 4).get(NETNSA_NSID)
+    nsid = _I32.unpack(raw)[0] if raw and len(raw) == 4 else -1
+    return None if nsid < 0 else nsid
 
 
 class Addr:

@@ -6,7 +6,8 @@ plugin file holds only its networking story. Guarantees:
 - an unexpected exception becomes code 999 naming what failed; a traceback goes to stderr only;
 - the result is printed in the config's cniVersion;
 - with ``skbDebugLog`` in the config or ``SKB_DEBUG_LOG`` in the environment, each call is appended to
-  that file as one JSON line (command, CNI_* env, stdin, exit code, stdout) so it can be replayed.
+  that file as one JSON line (command, CNI_* env, stdin, exit code, stdout; ``trace`` with the W3C
+  TRACEPARENT/TRACESTATE when the runtime passed them) so it can be replayed.
 """
 import os
 import sys
@@ -200,6 +201,9 @@ def debug_record(plugin, environ, out, duration):
         "stderr": out.stderr,
         "durationMs": round(duration * 1000, 3),
     }
+    trace = {k: environ[v] for k, v in (("traceparent", "TRACEPARENT"), ("tracestate", "TRACESTATE")) if environ.get(v)}
+    if trace:   # W3C trace context, as newer libcni passes it: matches a call to the runtime's trace
+        record["trace"] = trace
     return (jsonio.dumps(record) + "\n").encode("utf-8", "replace")
 
 

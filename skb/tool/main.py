@@ -6,7 +6,8 @@ Subcommands:
 
 - ``add|check|del|status|gc NETWORK NETNS``: cnitool's interface over ``skb.tool.libcni``;
 - ``netns add|del|list``: scratch namespaces (``skb.linux.scratch_netns``);
-- ``doctor``: ``skb.tool.doctor``; ``replay``: ``skb.tool.replay``; ``log``: list a debug log or capture;
+- ``doctor``: ``skb.tool.doctor``; ``explain``: ``skb.tool.explain``; ``replay``: ``skb.tool.replay``;
+  ``log``: ``skb.tool.log``;
 - ``install|uninstall``: ``skb.tool.install`` over ``skb.install``.
 """
 import os
@@ -22,7 +23,8 @@ from skb.linux import scratch_netns
 from skb.tool import doctor
 from skb.tool import libcni
 from skb.tool import replay
-from skb.tool.replay import read_records
+from skb.tool import log
+from skb.tool import explain
 
 DEFAULT_CNI_PATH = "/opt/cni/bin"
 
@@ -32,8 +34,9 @@ commands:
   add|check|del|status|gc   run a network from the conf dir against a netns, as cnitool does
   netns add|del|list        scratch network namespaces (like ip netns)
   doctor                    find what is wrong with this node's CNI set-up
+  explain                   explain a CNI error message from kubelet, a runtime or a plugin
   replay                    re-run a recorded plugin call and compare the outputs
-  log                       list the calls in a debug log or debug-plugin capture
+  log                       list the calls in a debug log or debug-plugin capture (--follow)
   install|uninstall         put the suite and this node's network config in place (a DaemonSet runs it)
   version                   the suite's version
 
@@ -42,6 +45,7 @@ examples:
   skb doctor
   skb doctor --probe --json
   skb log /tmp/calls.jsonl
+  skb explain 'failed to find plugin "ptp" in path [/opt/cni/bin]'
   skb replay /tmp/calls.jsonl -n -1
   skb install --pod-cidr 10.244.1.0/24
 
@@ -94,43 +98,11 @@ examples:
   skb netns list
   skb netns del blue"""
 
-LOG_EPILOG = """\
-Reads the JSON lines written by a plugin's skbDebugLog / SKB_DEBUG_LOG and by the debug plugin's
-captureFile (the same record), or the reference debug plugin's cniOutput text. Records are numbered for
-skb replay -n.
-
-examples:
-  skb log /var/log/skb-cni.jsonl
-  skb log -v /tmp/capture.jsonl"""
-
-
 # ---------------------------------------------------------------------------------------------------
-# version, log
+# version
 
 def _cmd_version(opts):
     print(f"skb-cni {__version__}; CNI spec versions {', '.join(SUPPORTED_VERSIONS)}")
-    return 0
-
-
-def _cmd_log(opts):
-    style = Style.for_stream(sys.stdout, opts.color)
-    try:
-        records = read_records(opts.file)
-    except OSError as e:
-        return fail("skb log", f"cannot open {opts.file}: {e.strerror}", opts)
-    for n, rec in enumerate(records, 1):
-        env = rec.get("env", {})
-        ok = rec.get("exitCode") == 0 or "exitCode" not in rec     # cniOutput text records no outcome
-        status = style.red(f"FAILED (exit {rec['exitCode']})") if not ok else \
-            style.green("ok") if "exitCode" in rec else "(outcome not recorded)"
-        print(f"#{n} {rec.get('time', '?')} {rec.get('plugin') or '?'} {style.bold(str(rec.get('command', '?')))} "
-              f"container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
-              f"netns={env.get('CNI_NETNS', '')} {status}"
-              + (f" {rec['durationMs']} ms" if "durationMs" in rec else ""))
-        if not ok or opts.verbose:
-            for key in ("stdin", "stdout", "stderr"):
-                if rec.get(key):
-                    print(f"    {key}: {str(rec[key]).strip()}")
     return 0
 
 
@@ -291,11 +263,7 @@ def build_parser():
                        epilog="example:\n  skb version", formatter_class=raw)
     v.set_defaults(func=_cmd_version)
 
-    lg = sub.add_parser("log", parents=parents, help="list the calls in a debug log or debug-plugin capture",
-                        description="List recorded plugin calls, numbered.", epilog=LOG_EPILOG, formatter_class=raw)
-    lg.add_argument("file", help="the JSON-lines debug log or capture")
-    lg.add_argument("-v", "--verbose", action="store_true", help="show stdin/stdout of successful calls too")
-    lg.set_defaults(func=_cmd_log)
+    log.add_parser(sub, raw, parents)
 
     for verb, text in (("add", "ADD the network's plugins to the netns and print the result"),
                        ("check", "CHECK the attachment against its cached result"),
@@ -325,6 +293,7 @@ def build_parser():
     ns.set_defaults(func=_cmd_netns)
 
     doctor.add_parser(sub, raw, parents)
+    explain.add_parser(sub, raw, parents)
     replay.add_parser(sub, raw, parents)
     install.add_parsers(sub, raw, parents)
     return p

@@ -8,7 +8,8 @@ the host veth's name) and our deliberate differences, listed where they show:
   Go's newer library does);
 - Go v1.1.1 sets both veth ends' txqueuelen to 0 (a bug fixed upstream in v1.6.0); we keep the
   kernel default;
-- IPv6: we add addresses without DAD (``nodad``), Go waits for DAD.
+- IPv6: we add addresses without DAD (``nodad``), Go waits for DAD;
+- our host veth carries an alias naming its attachment (``skb-cni ptp <hash>``): DEL's proof of ownership.
 Each implementation's DEL also cleans up the other's ADD, so a node can switch either way.
 """
 import json
@@ -53,6 +54,7 @@ def kernel_state(ns, hostveth, cont_mac, host_mac):
         out[key + " addr"] = re.sub(r" qlen \d+", "", dump(where, "-4", "addr", "show"))
         out[key + " routes"] = dump(where, "-d", "-4", "route", "show", "table", "all")
         link = dump(where, "-d", "link", "show", "dev", "eth0" if where else hostveth)
+        link = re.sub(r"\s*alias skb-cni ptp [0-9a-f]{32}", "", link)   # our ownership tag (listed above)
         out[key + " link"] = re.sub(r" (qlen|numtxqueues|numrxqueues|gso_max_size|gso_max_segs|tso_max_size|"
                                     r"tso_max_segs|gro_max_size|gso_ipv4_max_size|gro_ipv4_max_size) \d+", "", link)
     return {k: "\n".join(re.sub(r" +", " ", line).rstrip() for line in v.splitlines()) for k, v in out.items()}
@@ -103,15 +105,30 @@ def test_same_masquerade_rules_and_each_deletes_the_others(impls, make_netns, da
     for name, ptp in impls.items():
         conf = ptp_conf(f"{data_dir}-{name}", name="sbxnet", ipMasq=True)
         ns = make_netns()
-        assert ptp.add(conf, nspath(ns)).rc == 0
+        r = ptp.add(conf, nspath(ns))
+        assert r.rc == 0
         rules[name] = masq_chain_rules()
         other = impls["go" if name == "ours" else "ours"]
-        d = other.delete(conf, nspath(ns))
+        d = other.delete(conf, nspath(ns), prev=r.json)   # with the cached result, as libcni sends DEL
         assert d.rc == 0, d
         assert masq_chain_rules() == [], f"{name} ADD, other DEL"
         assert host_veths() == [] and reservations(f"{data_dir}-{name}") == {}
     assert rules["ours"] == rules["go"]
     assert any("CNI-bd8c5e22087bfc0fc5f2b8fa" in r for r in rules["ours"])
+
+
+def test_our_del_of_a_go_pair_needs_the_cached_result(impls, make_netns, data_dir):
+    """Go's host veth has a random name and no alias: our DEL deletes Go's pair only when the cached
+    result names its host end and the kernel shows it is CNI_IFNAME's peer. Without a cached result it
+    is not provably this network's (it may be another network's eth0): left to the netns's deletion."""
+    conf = ptp_conf(data_dir)
+    ns = make_netns()
+    r = impls["go"].add(conf, nspath(ns))
+    assert r.rc == 0, r
+    assert impls["ours"].delete(conf, nspath(ns)).rc == 0
+    assert host_veths() == [r.json["interfaces"][0]["name"]] and reservations(data_dir) == {}
+    assert impls["ours"].delete(conf, nspath(ns), prev=r.json).rc == 0
+    assert host_veths() == []
 
 
 def test_go_leaks_masquerade_without_netns_we_do_not(impls, make_netns, data_dir):

@@ -47,9 +47,10 @@ def setup(tmp_path, bin_dir):
     return Setup(tmp_path, bin_dir)
 
 
-def doctor(skb, setup, *extra, dirs=True, prefix=()):
+def doctor(skb, setup, *extra, dirs=True, prefix=(), env=None, timeout=180):
     p = subprocess.run([*prefix, skb, "doctor", "--json", *setup.args(*extra, dirs=dirs)], capture_output=True,
-                       text=True, timeout=180)
+                       text=True, timeout=timeout, env=env)
+    assert "Traceback" not in p.stderr, p.stderr
     out = json.loads(p.stdout)
     out["rc"] = p.returncode
     out["all"] = out["problems"] + out["notes"]
@@ -170,8 +171,11 @@ def test_which_file_wins_and_which_are_shadowed(skb, setup):
     shadowed = find(out, "shadowed")
     warning = [f for f in shadowed if f["severity"] == "warning"]
     assert len(warning) == 1 and warning[0]["what"].startswith("05-pods.conf is shadowed")  # .conflist first
-    note = [f for f in shadowed if f["severity"] == "note"][0]
-    assert "10-pods.conflist" in note["what"] and "20-other.conflist" in note["what"]
+    several = find(out, "several-networks")[0]
+    assert several["severity"] == "warning" and out["rc"] == 1
+    assert several["what"] == (f'2 networks are configured in {setup.conf}: pods get only "pods" (05-pods.conf), '
+                               "the others are ignored")
+    assert 'ignored: 20-other.conflist ("other")' in several["evidence"] and "podman reads all" in several["evidence"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -448,7 +452,7 @@ def test_probe_ok_with_ptp_and_host_local(skb, setup):
     note = find(out, "probe")[0]
     assert note["what"] == "probe ADD ok: eth0 got 10.66.0.2/24"
     assert "probe-no-ip" not in codes(out) and "probe-failed" not in codes(out)
-    assert [f for f in os.listdir(data / "pods") if f.startswith("10.")] == []   # DEL released it
+    assert not data.exists()                      # the store lives in the probe's own overlay, never on the node
     assert _netns_names() == before               # the scratch netns is gone
     assert not setup.cache.exists()               # the probe keeps its cache to itself
 
@@ -500,3 +504,267 @@ def test_probe_add_failure_and_cri_args(skb, setup):
 def test_probe_without_a_loadable_network(skb, setup):
     setup.write("10-pods.conflist", "{")
     assert find(doctor(skb, setup, "--probe"), "probe-failed")[0]["what"] == "no pod network to probe"
+
+
+# ---------------------------------------------------------------------------------------------------
+# --probe never changes the node (the sandbox host stands for it; read independently with ip and /proc)
+
+def _node_state():
+    def ip(*args):
+        return json.loads(subprocess.run(["ip", "-j", *args], capture_output=True, text=True, check=True).stdout)
+    sysctls = {}
+    for name in ("net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/ipv4/conf/all/forwarding",
+                 "net/ipv4/conf/default/forwarding", "net/ipv4/conf/all/rp_filter"):
+        with open("/proc/sys/" + name) as f:
+            sysctls[name] = f.read().strip()
+    nat = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+    return {"sysctls": sysctls, "links": ip("link", "show"), "addrs": ip("addr", "show"),
+            "routes": ip("route", "show", "table", "all"), "netns": _netns_names(),
+            "nat": [line for line in nat.splitlines() if not line.startswith("#")]}
+
+
+@pytest.mark.kernel
+def test_probe_never_changes_the_node(skb, setup):
+    """ptp switches IPv4 forwarding on at ADD: the probe's ADD does it in its scratch node only, and the
+    doctor reports that the node would need it."""
+    data = setup.tmp / "ipam"
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipMasq": True, "ipam": dict(HOST_LOCAL_POD, dataDir=str(data))}]})
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        saved = f.read().strip()
+    subprocess.run(["sysctl", "-qw", "net.ipv4.ip_forward=0"], check=True)
+    try:
+        before = _node_state()
+        out = probe(skb, setup)
+        after = _node_state()
+    finally:
+        subprocess.run(["sysctl", "-qw", f"net.ipv4.ip_forward={saved}"], check=True)
+    assert after == before
+    assert not data.exists()
+    assert find(out, "probe")[0]["what"] == "probe ADD ok: eth0 got 10.66.0.2/24"
+    fwd = find(out, "forwarding-off")[0]
+    assert fwd["what"] == "IPv4 forwarding is off on the node" and fwd["severity"] == "error"
+    assert "switched net.ipv4.ip_forward from 0 to 1 in its scratch node; on the node it is 0" in fwd["evidence"]
+    assert "pods would get no traffic beyond the node" in fwd["evidence"] and out["rc"] == 1
+    assert "probe-leftover" not in codes(out)
+
+
+@pytest.mark.kernel
+def test_probe_keeps_existing_reservations_untouched(skb, setup):
+    data = setup.tmp / "ipam"
+    store = data / "pods"
+    store.mkdir(parents=True)
+    (store / "10.66.0.2").write_bytes(b"someone\r\neth0")
+    (store / "last_reserved_ip.0").write_text("10.66.0.2")
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, dataDir=str(data))}]})
+    snapshot = {p.name: p.read_bytes() for p in store.iterdir()}
+    out = probe(skb, setup)
+    assert find(out, "probe")[0]["what"] == "probe ADD ok: eth0 got 10.66.0.3/24"   # it saw the reservation
+    assert {p.name: p.read_bytes() for p in store.iterdir()} == snapshot
+
+
+# ---------------------------------------------------------------------------------------------------
+# STATUS (cniVersion 1.1.0): the chain as libcni runs it
+
+def test_status_failure_names_plugin_code_and_message(skb, setup):
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "loopback"},
+        {"type": "debug", "inject": {"STATUS": {"error": {"code": 50, "msg": "datastore unreachable"}}}}]})
+    out = doctor(skb, setup)
+    f = find(out, "status-failed")[0]
+    assert out["rc"] == 1 and f["severity"] == "error"
+    assert f["what"] == 'plugin debug fails STATUS (network "pods", 10-pods.conflist)'
+    assert f["evidence"].startswith("code 50 (the plugin is not available: it cannot ADD): datastore unreachable")
+    assert ("NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: datastore "
+            "unreachable") in f["evidence"]
+    assert "skb status pods" in f["fix"]
+    assert "status-failed" not in codes(doctor(skb, setup, "--no-status"))
+
+
+def test_status_ok_and_not_sent_before_1_1_0(skb, setup):
+    cap = setup.tmp / "cap.jsonl"
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "debug", "captureFile": str(cap)}]})
+    out = doctor(skb, setup)
+    assert out["rc"] == 0 and out["problems"] == []
+    assert [json.loads(line)["command"] for line in cap.read_text().splitlines()] == ["STATUS"]
+    cap.unlink()
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "debug", "captureFile": str(cap),
+         "inject": {"STATUS": {"error": {"code": 50, "msg": "not ready"}}}}]})
+    assert doctor(skb, setup)["rc"] == 0 and not cap.exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# a config without cniVersion
+
+def test_config_without_cniversion(skb, setup):
+    setup.write("10-pods.conflist", {"name": "pods", "plugins": [{"type": "loopback"}]})
+    out = doctor(skb, setup)
+    f = find(out, "no-cniversion")[0]
+    assert out["rc"] == 1 and f["severity"] == "warning"
+    assert f["what"] == '10-pods.conflist has no "cniVersion": network "pods" is read as 0.1.0'
+    assert "no CHECK, STATUS or GC" in f["evidence"] and "lossy" in f["evidence"]
+    assert f["fix"].startswith('add "cniVersion": "1.1.0"')       # the newest our loopback speaks
+    setup.write("10-pods.conflist", lo_conflist("pods"))
+    assert doctor(skb, setup)["rc"] == 0
+
+
+def test_single_conf_without_cniversion(skb, setup):
+    setup.write("10-pods.conf", {"name": "pods", "type": "loopback"})
+    assert find(doctor(skb, setup), "no-cniversion")[0]["what"].startswith("10-pods.conf has no")
+
+
+# ---------------------------------------------------------------------------------------------------
+# where the runtime looks for plugins, read by default
+
+def test_runtime_bin_dir_without_the_plugins_says_where_they_are(skb, setup, tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V3.replace('"/usr/lib/cni"', f'"{empty}"')
+                                       .format(bin=empty, conf=setup.conf), setup.tmp))
+    out = doctor(skb, setup)         # flags point at the plugins; containerd would not find them
+    f = [f for f in find(out, "plugin-elsewhere") if "containerd" in f["what"]][0]
+    assert f["what"] == f'plugin "loopback" (plugin) is not where containerd looks: it is in {setup.bins[0]}'
+    assert f["fix"].startswith(f"add {setup.bins[0]} to bin_dirs in "
+                               '[plugins."io.containerd.cri.v1.runtime".cni]')
+    assert out["rc"] == 1
+
+
+def test_runtime_config_read_by_default(skb, setup, tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V2.format(bin=empty, conf=setup.conf), setup.tmp))
+    env = dict(os.environ, CNI_PATH=setup.bins[0])
+    out = doctor(skb, setup, dirs=False, env=env)
+    assert out["checked"][0]["binDirs"] == [str(empty)]
+    f = find(out, "plugin-elsewhere")[0]
+    assert f["what"] == f'plugin "loopback" (plugin) is not where containerd looks: it is in {setup.bins[0]}'
+    assert f"add {setup.bins[0]} to bin_dir in [plugins.\"io.containerd.grpc.v1.cri\".cni]" in f["fix"]
+    assert "plugin-missing" not in codes(out)
+
+
+def test_crio_drop_in_plugin_dirs(skb, setup, tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    setup.write("10-lo.conflist", lo_conflist())
+    drop = tmp_path / "crio.conf.d"
+    setup.write("01-net.conf", f'[crio.network]\nnetwork_dir = "{setup.conf}"\nplugin_dirs = ["{empty}"]\n', drop)
+    setup.crio_dir = str(drop)
+    out = doctor(skb, setup)
+    f = [f for f in find(out, "plugin-elsewhere") if "CRI-O" in f["what"]][0]
+    assert f"plugin_dirs in [crio.network] of {drop}/01-net.conf" in f["fix"]
+
+
+def test_containerd_section_of_another_version_is_ignored(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V3.replace("version = 3", "version = 2").format(
+        bin=setup.bins[0], conf=setup.conf), setup.tmp))
+    f = find(doctor(skb, setup, dirs=False), "runtime-config-ignored")[0]
+    assert f["what"].startswith('containerd ignores [plugins."io.containerd.cri.v1.runtime".cni]')
+
+
+# ---------------------------------------------------------------------------------------------------
+# conf dir entries the runtime skips or chokes on
+
+def test_directory_with_a_config_name(skb, setup):
+    (setup.conf / "10-net.conflist").mkdir()
+    out = doctor(skb, setup)
+    f = find(out, "skipped-entry")[0]
+    assert f["what"] == "10-net.conflist is a directory: libcni skips it"
+    nc = find(out, "no-config")[0]
+    assert "10-net.conflist/" in nc["evidence"] and "empty" not in nc["evidence"]
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda p: os.mkfifo(p), "is a FIFO (named pipe)"),
+    (lambda p: os.symlink("/nonexistent/x", p), "is a dangling symbolic link"),
+    (lambda p: os.symlink("/dev/zero", p), "is a character device"),
+    (lambda p: os.symlink("/tmp", p), "is a symbolic link to a directory"),
+])
+def test_entries_the_runtime_chokes_on(skb, setup, make, why):
+    make(str(setup.conf / "05-bad.conflist"))
+    setup.write("10-lo.conflist", lo_conflist())
+    out = doctor(skb, setup, timeout=60)
+    f = find(out, "unreadable-entry")[0]
+    assert f["severity"] == "error" and f["what"] == f"05-bad.conflist {why}" and out["rc"] == 1
+    assert find(out, "no-config")[0]["what"] == "the pod network file 05-bad.conflist does not load"
+
+
+def test_special_files_elsewhere_never_hang(skb, setup):
+    os.mkfifo(setup.conf / "README")                                     # not a config name: ignored
+    setup.write("10-lo.conflist", lo_conflist())
+    os.makedirs(setup.conf / "lo-net")
+    os.mkfifo(setup.conf / "lo-net" / "20-extra.conf")                   # libcni appends these plugin files
+    out = doctor(skb, setup, timeout=60)
+    f = find(out, "unreadable-entry")[0]
+    assert f["what"] == "20-extra.conf is a FIFO (named pipe)" and "lo-net" in f["where"]
+
+
+@pytest.mark.parametrize("flag", ["--containerd-config", "--crio-config", "--conf-dir", "--cache-dir"])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "/dev/null"])
+def test_special_files_as_paths_never_hang_or_trace(skb, setup, tmp_path, flag, special):
+    setup.write("10-lo.conflist", lo_conflist())
+    path = special
+    if special == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    args = [a for a in setup.args() if not a.startswith(flag + "=")]
+    if flag in ("--conf-dir", "--cache-dir"):
+        i = args.index(flag)
+        args[i + 1] = path
+    else:
+        args.append(f"{flag}={path}")
+    p = subprocess.run([skb, "doctor", "--json", *args], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in p.stderr and p.returncode in (0, 1), p.stderr
+    out = json.loads(p.stdout)
+    if flag == "--conf-dir":
+        assert "not a directory" in find({"all": out["problems"]}, "no-config")[0]["what"]
+    if flag in ("--containerd-config", "--crio-config") and special != "/dev/null":
+        assert "not a regular file" in find({"all": out["problems"]}, "runtime-config-invalid")[0]["evidence"]
+
+
+def test_odd_runtime_configs(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    for text in ['version = "2"\n', "version = 3\nplugins = 5\n", 'version = 3\n[plugins."io.containerd.cri.v1.runtime"]'
+                 '\ncni = "x"\n', 'version = 2\n[plugins."io.containerd.grpc.v1.cri".cni]\nbin_dir = 5\nconf_dir = []\n']:
+        setup.containerd = str(setup.write("config.toml", text, setup.tmp))
+        doctor(skb, setup, dirs=False)
+    (setup.tmp / "bad.toml").write_bytes(b"version = 2\n# \xff\xfe\n")
+    setup.containerd = str(setup.tmp / "bad.toml")
+    assert "not UTF-8" in find(doctor(skb, setup), "runtime-config-invalid")[0]["evidence"]
+
+
+def test_odd_state_files_never_hang_or_trace(skb, setup):
+    _store(setup, "pods", "1.1.0", setup.tmp / "ipam")
+    os.mkfifo(setup.tmp / "ipam" / "pods" / "10.66.0.77")
+    results = setup.cache / "results"
+    os.mkfifo(results / "pods-fifo-eth0")
+    (results / "pods-odd-eth0").write_text(json.dumps({
+        "kind": "cniCacheV1", "containerId": 5, "networkName": "pods", "ifName": "eth0", "netns": ["x"],
+        "result": {"interfaces": "nope"}}))
+    (results / "pods-odd2-eth0").write_text(json.dumps({
+        "kind": "cniCacheV1", "containerId": "c", "networkName": "pods", "ifName": "eth0",
+        "result": {"interfaces": [{"name": "../../../../etc/x"}, {"name": 7}]}}))
+    out = doctor(skb, setup, timeout=60)
+    assert "leaked-reservation" in codes(out)
+
+
+def test_names_that_are_not_utf8(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    os.mkfifo(os.path.join(os.fsencode(setup.conf), b"05-\xff.conflist"))
+    for json_out in (True, False):
+        p = subprocess.run([skb, "doctor", *(["--json"] if json_out else []), *setup.args()], capture_output=True,
+                           timeout=60)
+        assert p.returncode == 1 and b"Traceback" not in p.stderr, p.stderr
+        assert b"05-\\xff.conflist is a FIFO" in p.stdout or b"05-\\udcff.conflist is a FIFO" in p.stdout
+
+
+def test_bad_probe_timeout(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    p = subprocess.run([skb, "doctor", "--probe", "--probe-timeout", "-1", *setup.args()], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "--probe-timeout" in p.stderr and p.stderr.count("\n") == 1

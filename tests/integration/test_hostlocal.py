@@ -222,3 +222,50 @@ def test_resolv_conf_and_routes(hl, tmp_path):
     r = hl("ADD", ipam={"resolvConf": str(rc), "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "gw": "10.1.0.9"}]})
     assert r.json["dns"] == {"nameservers": ["10.1.0.53"], "search": ["a.example"]}
     assert r.json["routes"] == [{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "gw": "10.1.0.9"}]
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "directory", "fifo"])
+def test_odd_entries_named_like_addresses_are_taken(hl, tmp_path, kind):
+    """A dangling symlink named like an address made every later ADD fail with code 999; like Go, any
+    entry under an address's name means the address is taken, and it is left as it is."""
+    hl("ADD", cid="a")
+    odd = hl.dir / "10.1.0.3"
+    if kind == "dangling symlink":
+        os.symlink("/nonexistent/skb-test", odd)
+    elif kind == "directory":
+        odd.mkdir()
+    else:
+        os.mkfifo(odd)
+    r = hl("ADD", cid="b")
+    assert r.rc == 0 and r.json["ips"][0]["address"] == "10.1.0.4/24", r
+    for command in ("CHECK", "DEL"):
+        assert hl(command, cid="b").rc == 0
+    assert gc(hl, [("a", "eth0")]).rc == 0
+    assert os.path.lexists(odd) and stat.S_IFMT(os.lstat(odd).st_mode) == {
+        "dangling symlink": stat.S_IFLNK, "directory": stat.S_IFDIR, "fifo": stat.S_IFIFO}[kind]
+    assert files(hl.dir) == ["10.1.0.2", "10.1.0.3", "last_reserved_ip.0", "lock"]
+
+
+@pytest.mark.kernel      # mounts: only inside the sandbox's private mount namespace
+def test_read_only_store_is_code_5_naming_the_directory(hl, tmp_path):
+    import subprocess
+    data = tmp_path / "data"
+    data.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "skb-test", str(data)], check=True)
+    try:
+        assert hl("ADD", cid="a").rc == 0
+        subprocess.run(["mount", "-o", "remount,ro", str(data)], check=True)
+        for command, cid in (("ADD", "b"), ("DEL", "a")):
+            r = hl(command, cid=cid)
+            assert r.rc == 1 and r.json["code"] == 5, r
+            assert str(hl.dir) in r.json["msg"] and "EROFS" in r.json["msg"] and ".skb" not in r.json["msg"], r
+            assert "read-only" in r.json["details"], r
+        assert hl("CHECK", cid="a").rc == 0   # reading still works
+    finally:
+        subprocess.run(["umount", str(data)], check=False)
+
+
+def test_a_nul_byte_in_data_dir_is_code_7(hl):
+    for command in ("ADD", "DEL"):
+        r = hl(command, ipam={"dataDir": "/tmp/skb\u0000x"})
+        assert r.rc == 1 and r.json["code"] == 7 and "dataDir" in r.json["msg"], r

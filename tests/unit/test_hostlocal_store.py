@@ -1,10 +1,49 @@
 """The disk store on its own: Go's files, the index as a cache that heals, and what it never touches."""
 import os
 
+import pytest
+
 from skb.cni.addr import IP
 from skb_plugins.hostlocal_ipam.store import Store
 
 A, B = ("ctrA", "eth0"), ("ctrB", "eth1")
+
+
+def _fstype(path):
+    best, kind = "", ""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            mnt = fields[4]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, kind = mnt, fields[fields.index("-") + 1]
+    return kind
+
+
+@pytest.fixture
+def tmpfs_dir(tmp_path):
+    """A directory on a tmpfs: one mounted for the test inside the sandbox (private mounts), else a
+    temporary directory under /dev/shm or /run when those are tmpfs; skipped otherwise."""
+    import subprocess
+    import tempfile
+
+    from tests.conftest import SANDBOXED
+    if SANDBOXED:
+        d = tmp_path / "tmpfs"
+        d.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "skb-test", str(d)], check=True)
+        try:
+            assert _fstype(str(d)) == "tmpfs"
+            yield str(d)
+        finally:
+            subprocess.run(["umount", str(d)], check=False)
+        return
+    for base in ("/dev/shm", "/run"):
+        if os.path.isdir(base) and os.access(base, os.W_OK) and _fstype(base) == "tmpfs":
+            with tempfile.TemporaryDirectory(dir=base) as d:
+                yield d
+            return
+    pytest.skip("no tmpfs to test on")
 
 
 def ip(s):
@@ -65,8 +104,9 @@ def test_scan_reclaims_torn_files_and_ignores_the_rest(tmp_path):
 
 
 def test_a_go_reservation_in_the_same_clock_tick_is_still_seen(tmp_path):
-    """The Go plugin reserves right after us, within the same coarse mtime tick: the directory's mtime
-    does not move, but Go always rewrites last_reserved_ip.N in place, and that is noticed."""
+    """The Go plugin reserves right after us, within the same coarse clock tick: the kernel gives the
+    directory the mtime it had after our own change, which is not our stamp (one ns past it); and Go
+    rewrites last_reserved_ip.N in place, which the header records too."""
     with Store(str(tmp_path), "net") as s:
         s.reserve(ip("10.0.0.2"), A)
         s.set_last_reserved(0, ip("10.0.0.2"))
@@ -76,9 +116,116 @@ def test_a_go_reservation_in_the_same_clock_tick_is_still_seen(tmp_path):
     (d / "10.0.0.3").write_bytes(b"goctr\r\neth0")
     with open(d / "last_reserved_ip.0", "r+b") as f:   # in place, as Go writes it
         f.write(b"10.0.0.3")
-    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))   # same tick: the mtime did not change
+    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns - 1))   # what the coarse clock gives in our tick
     with Store(str(tmp_path), "net") as s:
         assert s.owned(("goctr", "eth0")) == [ip("10.0.0.3")]
+
+
+def _fool_the_stamp(d, st):
+    """Put the directory's mtime back to what it was: the worst case of a coarse clock."""
+    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_an_index_entry_its_file_contradicts_forces_a_rebuild(tmp_path):
+    """Even with the stamp fooled (the directory looks unchanged), what the index says an attachment
+    holds is confirmed by the file; one contradiction rebuilds the index, so the attachment's new
+    reservation (made by someone else) is found, not a second address handed out."""
+    with Store(str(tmp_path), "net") as s:
+        s.reserve(ip("10.0.0.2"), A)
+        s.commit()
+    d = tmp_path / "net"
+    st = os.stat(d)
+    os.unlink(d / "10.0.0.2")                          # an operator, or Go's DEL ...
+    (d / "10.0.0.40").write_bytes(b"ctrA\r\neth0")    # ... and Go's ADD, in the same tick
+    _fool_the_stamp(d, st)
+    with Store(str(tmp_path), "net") as s:
+        assert s.owned(A) == [ip("10.0.0.40")]
+        assert not s.is_free(ip("10.0.0.40")) and s.is_free(ip("10.0.0.2"))
+
+
+def test_unlink_and_create_in_one_tick_on_tmpfs(tmpfs_dir):
+    """On tmpfs (Debian 13's /tmp, every /run) the mtime comes from a coarse clock: a foreign unlink and
+    create right after our commit usually land in its tick. Repeated, so the race is really run."""
+    d = os.path.join(tmpfs_dir, "net")
+    for i in range(200):
+        owner = (f"c{i}", "eth0")
+        with Store(tmpfs_dir, "net") as s:
+            got = s.reserve(ip(f"10.0.{i // 200}.{i % 200 + 2}"), owner)
+            assert got
+            s.commit()
+        os.unlink(os.path.join(d, f"10.0.{i // 200}.{i % 200 + 2}"))
+        with open(os.path.join(d, f"10.9.0.{i + 2}"), "wb") as f:
+            f.write(f"c{i}\r\neth0".encode())
+        with Store(tmpfs_dir, "net") as s:
+            assert s.owned(owner) == [ip(f"10.9.0.{i + 2}")], i
+
+
+ODDITIES = ["dangling symlink", "symlink to a reservation elsewhere", "directory", "fifo", "socket"]
+
+
+def _make_odd(path, kind, elsewhere):
+    import socket
+    if kind == "dangling symlink":
+        os.symlink("/nonexistent/skb-test", path)
+    elif kind == "symlink to a reservation elsewhere":
+        elsewhere.write_bytes(b"ctrA\r\neth0")
+        os.symlink(str(elsewhere), path)
+    elif kind == "directory":
+        os.mkdir(path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+
+
+@pytest.mark.parametrize("kind", ODDITIES)
+def test_an_odd_entry_named_like_an_address_is_taken_never_followed(tmp_path, kind):
+    """Go treats any entry under an address's name as taken; so do we, without following, opening (a
+    FIFO would block) or removing it, and without failing (it was code 999)."""
+    import signal
+    signal.alarm(20)   # a FIFO opened for reading would block forever: fail instead
+    try:
+        d = tmp_path / "net"
+        d.mkdir()
+        path = d / "10.0.0.2"
+        _make_odd(path, kind, tmp_path / "elsewhere")
+        with Store(str(tmp_path), "net") as s:
+            assert not s.is_free(ip("10.0.0.2"))
+            assert not s.reserve(ip("10.0.0.2"), B)
+            assert s.holder(ip("10.0.0.2")) not in (None, A)
+            assert s.owned(A) == [] and ip("10.0.0.2") not in s.scan()
+            s.release(ip("10.0.0.2"), A)
+            s.commit()
+        assert os.path.lexists(path) and os.lstat(path).st_mode == os.lstat(path).st_mode
+        if kind == "symlink to a reservation elsewhere":
+            assert (tmp_path / "elsewhere").read_bytes() == b"ctrA\r\neth0"
+    finally:
+        signal.alarm(0)
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "directory", "fifo"])
+def test_odd_bookkeeping_files_neither_hang_nor_crash(tmp_path, kind):
+    import signal
+    signal.alarm(20)
+    try:
+        d = tmp_path / "net"
+        d.mkdir()
+        _make_odd(d / "last_reserved_ip.0", kind, tmp_path / "elsewhere")
+        with Store(str(tmp_path), "net") as s:
+            assert s.last_reserved(0) is None
+            assert s.reserve(ip("10.0.0.2"), A)
+            s.commit()
+    finally:
+        signal.alarm(0)
+
+
+def test_a_nul_byte_in_data_dir_is_a_config_error(tmp_path):
+    from skb.cni.errors import CNIError
+    with pytest.raises(CNIError) as e:
+        Store(str(tmp_path) + "\0x", "net")
+    assert e.value.code == 7 and "ipam.dataDir" in e.value.msg
 
 
 def test_write_errors_are_code_5_and_release_the_lock(tmp_path, monkeypatch):

@@ -44,10 +44,18 @@ What it checks, with the finding codes:
   ``--keep-live`` DELs the cached attachments whose netns is gone and sends GC with the live ones as
   ``cni.dev/valid-attachments`` (cniVersion 1.1.0 and an IPAM that implements GC free the rest);
   otherwise the files named in the evidence can be removed by hand once the containers are confirmed gone.
-- ``--probe``: ADD of the pod network (the first file) in a scratch netns with CRI's CNI_ARGS, then DEL.
-  ``probe-failed`` when ADD or DEL fails; ``probe-no-ip`` when the result has no address on the interface
-  the runtime looks up (``eth0``: containerd then fails the sandbox with "failed to find network info for
-  sandbox"). Addresses are attributed as containerd's go-cni does: an IP without an ``interface`` index
-  belongs to the default interface.
+- ``skipped-entry`` / ``unreadable-entry``: a directory named like a config (libcni skips it); a FIFO,
+  device, socket, dangling link or unreadable file named like one (the runtime's load fails or hangs).
+- ``no-cniversion``: a config without ``cniVersion`` (read as 0.1.0: no CHECK, STATUS or GC, lossy chained
+  results). ``several-networks``: more than one network in the conf dir (CRI uses the first by name).
+- ``plugin-elsewhere``: a plugin not in the runtime's bin dirs but installed elsewhere (named, with the
+  setting to change). ``status-failed``: STATUS through the chain (cniVersion 1.1.0 and later) fails.
+- ``--probe``: ADD of the pod network (the first file) with CRI's CNI_ARGS, then DEL, in a scratch node
+  of its own (network and mount namespaces, host-local stores under an overlay): the node is never
+  changed. ``probe-failed`` when ADD or DEL fails; ``probe-no-ip`` when the result has no address on the
+  interface the runtime looks up (``eth0``: containerd then fails the sandbox with "failed to find network
+  info for sandbox"; addresses are attributed as go-cni does: an IP without an ``interface`` index belongs
+  to the default interface); what the ADD needed from the node (``forwarding-off``, ``probe-needs``);
+  ``probe-leftover`` for links the DEL left; ``probe-skipped`` when a directory cannot be isolated.
 """
-from skb.tool.doctor.command import add_parser, command, run  # noqa: F401 (the package's interface)
+from skb.tool.doctor.command import add_parser, run  # noqa: F401 (the package's interface)

@@ -1,28 +1,41 @@
 """``skb doctor``: run the checks in order, report, exit status."""
+import os
 import sys
 import json
 
-from skb.tool.style import Style
+from skb.tool.style import Style, fail
 from skb.tool.doctor.findings import Finding, SEVERITIES
 from skb.tool.doctor.runtimes import CONTAINERD_CONFIG, CRIO_CONFIG, CRIO_CONFIG_DIR, views_from
 from skb.tool.doctor.confdir import check_conf_dir, check_shadowing
-from skb.tool.doctor.plugins import check_plugins
+from skb.tool.doctor.plugins import (prefetch, check_plugins, check_declared_versions, check_status,
+                                     check_runtime_bins)
 from skb.tool.doctor.node import check_host_lo, check_routing
 from skb.tool.doctor.reservations import check_leaks
 from skb.tool.doctor.probe import probe
 
 
-def run(opts):
-    """All findings, in report order, and the views checked."""
+def run(opts, skip=()):
+    """All findings, in report order, and the views checked. ``skip`` names check groups left out:
+    ``version`` (VERSION of every plugin), ``status``, ``node`` (lo, forwarding, rp_filter), ``leaks``."""
     findings = []
     views, runtimes = views_from(opts, findings)
+    search = [d for d in os.environ.get("CNI_PATH", "").split(":") if d]
+    search += [d for v in views + runtimes for d in v.bin_dirs]
     networks_seen = []
+    first_default = None
     for view in views:
         before = len(findings)
         loaded = check_conf_dir(view, findings)
         default = check_shadowing(view, loaded, findings)
+        first_default = first_default or default
         networks = [e.netconf for e in loaded if e.netconf]
-        check_plugins(view, networks, findings, run_version=not opts.no_version)
+        run_version = "version" not in skip and not opts.no_version
+        run_status = "status" not in skip and not opts.no_status
+        versions, statuses = prefetch(view, networks, run_version, run_status)
+        versions, found_all = check_plugins(view, networks, findings, run_version, search, versions)
+        check_declared_versions(networks, versions, found_all, findings)
+        if run_status:
+            check_status(view, networks, default, found_all, findings, statuses)
         for n in networks:
             if all(n.source != m.source for m in networks_seen):
                 networks_seen.append(n)
@@ -35,9 +48,12 @@ def run(opts):
                                         f"nothing loads in {view.conf_dir}", "fix the findings above"))
             else:
                 probe(view, default, opts, findings)
-    check_host_lo(findings)
-    check_routing(networks_seen, opts.cache_dir, findings)
-    check_leaks(networks_seen, opts.cache_dir, findings)
+    check_runtime_bins(views, runtimes, first_default, findings, search)
+    if "node" not in skip:
+        check_host_lo(findings)
+        check_routing(networks_seen, opts.cache_dir, findings)
+    if "leaks" not in skip:
+        check_leaks(networks_seen, opts.cache_dir, findings)
     unique, keys = [], set()
     for f in findings:
         if f.key() not in keys:
@@ -65,7 +81,21 @@ def report(findings, views, style, out):
           file=out)
 
 
+def safe_stdout():
+    """Names from the file system or a record may hold bytes that are not UTF-8 (or lone surrogates):
+    print them escaped rather than fail."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
 def command(opts):
+    safe_stdout()
+    if opts.probe and not 0 < opts.probe_timeout <= 3600:
+        return fail("skb doctor", f"--probe-timeout {opts.probe_timeout:g}: give a number of seconds from 0 to 3600",
+                    opts)
     findings, views = run(opts)
     problems = [f for f in findings if f.severity != "note"]
     if opts.json:
@@ -80,20 +110,25 @@ def command(opts):
 
 EPILOG = """\
 Prints one line per problem: severity, code, what is wrong | evidence | fix; then a summary. Exit status 1
-when there are errors or warnings. Codes: no-config, wrong-extension, no-plugins, invalid-json, load-error,
-shadowed, plugin-missing, plugin-not-executable, version-failed, version-unsupported, host-lo-down,
+when there are errors or warnings. Codes: no-config, wrong-extension, skipped-entry, unreadable-entry,
+no-plugins, invalid-json, load-error, no-cniversion, shadowed, several-networks, plugin-missing,
+plugin-elsewhere, plugin-not-executable, version-failed, version-unsupported, status-failed, host-lo-down,
 forwarding-off, rp-filter-strict, leaked-reservation, runtime-dirs-disagree, runtime-config-invalid,
-probe-failed, probe-no-ip. A leaked host-local reservation is one whose attachment has no cached result in
+runtime-config-ignored, probe-failed, probe-no-ip, probe-leftover, probe-skipped. A leaked host-local reservation is one whose attachment has no cached result in
 <cache-dir>/results, or whose cached netns is gone.
 
-Without --conf-dir/--bin-dir the directories come from containerd's and CRI-O's configurations (and
-their disagreements are reported), else /etc/cni/net.d and /opt/cni/bin.
+Without --conf-dir/--bin-dir the directories come from containerd's config.toml (version 1, 2 and 3
+layouts, with its imports) and CRI-O's crio.conf and crio.conf.d (their disagreements are reported),
+else /etc/cni/net.d and /opt/cni/bin; with them, each runtime is still asked whether it would find the
+pod network's plugins. Networks with cniVersion 1.1.0 or later get STATUS, as containerd 2 sends it.
+--probe runs ADD and DEL of the pod network in a scratch node namespace of its own (network and mount):
+the node is never changed; what the ADD needed from the node (forwarding) is reported.
 
 examples:
   skb doctor
   skb doctor --json | jq '.problems[].code'
   skb doctor --conf-dir /etc/cni/net.d --bin-dir /opt/cni/bin:/usr/lib/cni
-  skb doctor --probe                      # ADD + DEL of the pod network in a scratch netns (root)
+  skb doctor --probe                      # ADD + DEL of the pod network in scratch namespaces (root)
   skb doctor --containerd-config /etc/containerd/config.toml --crio-config ''"""
 
 
@@ -101,6 +136,20 @@ def add_parser(sub, formatter, parents=()):
     d = sub.add_parser("doctor", help="find what is wrong with this node's CNI set-up", parents=list(parents),
                        description="Inspect the node's CNI configuration, plugins and state; print each "
                                    "problem with its evidence and fix.", epilog=EPILOG, formatter_class=formatter)
+    add_options(d)
+    d.add_argument("--probe", action="store_true", help="ADD and DEL the pod network in scratch namespaces (the "
+                   "node is never changed; root)")
+    d.add_argument("--probe-ifname", default="eth0", help="the interface a runtime looks up (default: eth0)")
+    d.add_argument("--probe-timeout", type=float, default=60.0, help="seconds a plugin may take in the probe")
+    d.add_argument("--netns-dir", default="/run/netns", help="where the probe's scratch netns goes (in the "
+                   "probe's own mount namespace)")
+    d.add_argument("--json", action="store_true", help="machine-readable output")
+    d.set_defaults(func=command)
+    return d
+
+
+def add_options(d):
+    """Where to look and which checks to run: shared with skb explain."""
     d.add_argument("--conf-dir", help="the CNI conf dir to check (default: the runtimes', else /etc/cni/net.d)")
     d.add_argument("--bin-dir", action="append", metavar="DIR[:DIR]",
                    help="plugin dir (repeatable or ':'-separated; default: the runtimes', else /opt/cni/bin)")
@@ -111,10 +160,6 @@ def add_parser(sub, formatter, parents=()):
                    help=f"CRI-O's drop-in dir (default: {CRIO_CONFIG_DIR}; '' to ignore)")
     d.add_argument("--cache-dir", default="/var/lib/cni", help="libcni's cache dir (default: /var/lib/cni)")
     d.add_argument("--no-version", action="store_true", help="do not run the plugins with VERSION")
-    d.add_argument("--probe", action="store_true", help="ADD and DEL the pod network in a scratch netns")
-    d.add_argument("--probe-ifname", default="eth0", help="the interface a runtime looks up (default: eth0)")
-    d.add_argument("--probe-timeout", type=float, default=60.0, help="seconds a plugin may take in the probe")
-    d.add_argument("--netns-dir", default="/run/netns", help="where the probe's scratch netns goes")
-    d.add_argument("--json", action="store_true", help="machine-readable output")
-    d.set_defaults(func=command)
-    return d
+    d.add_argument("--no-status", action="store_true",
+                   help="do not send STATUS to the networks' plugins (cniVersion 1.1.0 and later)")
+    d.set_defaults(probe=False, probe_ifname="eth0", probe_timeout=60.0, netns_dir="/run/netns", json=False)

@@ -1,11 +1,18 @@
 """The conf dir: which files a runtime reads, which it skips, which break every lookup."""
 import os
+import stat
 
+from skb.cni import env as cnienv
+from skb.cni import jsonio
 from skb.tool import libcni
-from skb.tool.doctor.findings import Finding
+from skb.tool.doctor.findings import Finding, plural
+from skb.tool.doctor.files import BadFile, read_regular, open_regular, lstat_kind, kind
 
 BACKUP_SUFFIXES = (".bak", ".orig", ".old", ".disabled", ".save", ".swp", "~", ".dpkg-old", ".dpkg-dist",
                    ".rpmnew", ".rpmsave")
+
+
+CONFIG_EXTS = (".conf", ".conflist", ".json")
 
 
 class Loaded:
@@ -19,89 +26,174 @@ class Loaded:
         self.error = error
 
 
+def _decode(path):
+    """The decoded JSON of a regular file (BadFile, or jsonio's JSONSyntaxError / ValueError)."""
+    data = read_regular(path)
+    return jsonio.loads(data)
+
+
 def _looks_like_cni(path):
     """The decoded JSON object of a file that reads like a CNI config, else None."""
     try:
-        if os.path.getsize(path) > 1 << 20:
-            return None
-        with open(path, "rb") as f:
-            obj = libcni.jsonio.loads(f.read())
-    except (OSError, ValueError):
+        obj = _decode(path)
+    except (BadFile, ValueError):
         return None
     if isinstance(obj, dict) and ("plugins" in obj or "type" in obj) and ("name" in obj or "cniVersion" in obj):
         return obj
     return None
 
 
+def _entries(d):
+    """(name, own mode, resolved mode or None, error) of each entry of ``d``, by name."""
+    return [(name, *lstat_kind(os.path.join(d, name))) for name in sorted(os.listdir(d))]
+
+
+def _shown(name, own, target):
+    if own is None:
+        return name
+    if stat.S_ISLNK(own):
+        return f"{name} -> ({kind(target) if target is not None else 'dangling'})"
+    if stat.S_ISDIR(own):
+        return name + "/"
+    return name if stat.S_ISREG(own) else f"{name} ({kind(own)})"
+
+
+def _unusable(path, own, target, err, findings, reader):
+    """A finding for an entry with a config extension that is not a readable regular file; the reason
+    (for the Loaded entry), or None when the runtime simply skips it."""
+    name = os.path.basename(path)
+    if own is not None and stat.S_ISDIR(own):
+        findings.append(Finding(
+            "warning", "skipped-entry", f"{name} is a directory: {reader} skips it",
+            "libcni reads only non-directory entries; a directory with a config name is often a hostPath or "
+            "ConfigMap mount made before its file existed", f"remove the directory {path} and write the config "
+            "as a file", path))
+        return None
+    if target is None:
+        why = "a dangling symbolic link" if own is not None and stat.S_ISLNK(own) else \
+            f"unreadable ({(err.strerror or str(err)).lower() if err else 'unknown error'})"
+        consequence = "reading it fails, and that failure aborts every network lookup in this directory"
+    elif stat.S_ISFIFO(target):
+        why, consequence = kind(target), "reading it blocks until something writes to it: the runtime hangs loading its configuration"
+    elif stat.S_ISDIR(target):
+        why, consequence = "a symbolic link to a directory", "libcni does not skip it (the link is not a directory): reading it fails and aborts every lookup in this directory"
+    elif stat.S_ISREG(target):
+        try:
+            os.close(open_regular(path))
+            return None
+        except BadFile as e:
+            why, consequence = f"unreadable ({e.reason})", "reading it fails, and that failure aborts every network lookup in this directory"
+    else:
+        why = kind(target)
+        consequence = ("reading it fails or never ends (a device like /dev/zero): every network lookup in this "
+                       "directory fails or hangs")
+    findings.append(Finding("error", "unreadable-entry", f"{name} is {why}",
+                            f"{reader} reads every non-directory entry named *.conf, *.conflist or *.json: "
+                            f"{consequence}", f"remove {path}, or replace it by the configuration file itself", path))
+    return why
+
+
 def check_conf_dir(view, findings):
     """Findings about the files of ``view.conf_dir``; returns the files in containerd's order with their
     loaded networks."""
     d = view.conf_dir
-    if not os.path.isdir(d):
+    own, target, err = lstat_kind(d)
+    if own is None:
         findings.append(Finding("error", "no-config", f"the CNI conf dir {d} does not exist",
                                 f"{view.source} reads it ({view.origin})",
                                 f"create {d} and write the pod network into it as a .conflist "
                                 "(containerd reports 'cni config uninitialized' until then)", d))
         return []
+    if target is None or not stat.S_ISDIR(target):
+        findings.append(Finding("error", "no-config", f"the CNI conf dir {d} is "
+                                f"{kind(target) if target is not None else 'a dangling symbolic link'}, not a directory",
+                                f"{view.source} reads it ({view.origin})",
+                                f"replace it by a directory holding the pod network's .conflist", d))
+        return []
     try:
-        entries = sorted(e for e in os.listdir(d) if not os.path.isdir(os.path.join(d, e)))
+        entries = _entries(d)
     except OSError as e:
         findings.append(Finding("error", "no-config", f"cannot list the CNI conf dir {d}", e.strerror,
                                 "make it readable by the runtime (root)", d))
         return []
-    candidates = [e for e in entries if libcni.go_ext(e) in (".conf", ".conflist", ".json")]
-    for name in entries:
-        if name in candidates:
+    loaded = []          # every entry libcni would read, in its order: good ones and those it chokes on
+    for name, own, target, err in entries:
+        path = os.path.join(d, name)
+        if libcni.go_ext(name) in CONFIG_EXTS:
+            why = _unusable(path, own, target, err, findings, "libcni")
+            if why:
+                loaded.append(Loaded(path, error=why))
+            elif own is not None and not stat.S_ISDIR(own):
+                loaded.append(_load_file(path, findings))
             continue
-        obj = _looks_like_cni(os.path.join(d, name))
+        if target is None or not stat.S_ISREG(target):
+            continue
+        obj = _looks_like_cni(path)
         if obj is None:
             continue
         right = ".conflist" if "plugins" in obj else ".conf"
-        stem = name
         for suffix in BACKUP_SUFFIXES:
-            if stem.endswith(suffix):
+            if name.endswith(suffix):
                 findings.append(Finding("note", "wrong-extension", f"{name} is ignored (a CNI config kept under a "
                                         f"backup name)", f"extension {libcni.go_ext(name) or '(none)'}",
-                                        f"nothing to do if it is a backup; rename it to *{right} to use it",
-                                        os.path.join(d, name)))
+                                        f"nothing to do if it is a backup; rename it to *{right} to use it", path))
                 break
         else:
             findings.append(Finding("warning", "wrong-extension", f"{name} looks like a CNI config but is ignored",
                                     f"its extension is {libcni.go_ext(name) or '(none)'}; libcni and containerd read "
                                     "only .conflist, .conf and .json",
                                     f"rename it to {os.path.splitext(name)[0] if libcni.go_ext(name) else name}{right}",
-                                    os.path.join(d, name)))
-    if not candidates:
-        listing = ", ".join(entries[:8]) + (" ..." if len(entries) > 8 else "") if entries else "the directory is empty"
+                                    path))
+    if not loaded:
+        shown = [_shown(n, o, t) for n, o, t, _e in entries]
+        listing = (f"it holds {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown
+                   else "the directory is empty")
         findings.append(Finding("error", "no-config", f"no network configuration in {d}",
                                 f"no .conflist, .conf or .json file ({listing}); containerd: 'cni config "
                                 "uninitialized', kubelet: 'cni plugin not initialized'",
                                 f"write the pod network to {d}/10-<name>.conflist", d))
-        return []
-    loaded = []
-    for name in candidates:
-        path = os.path.join(d, name)
-        loaded.append(_load_file(path, findings))
     return loaded
+
+
+def _check_subdir(path, name, findings):
+    """The plugin objects libcni appends from ``<conf dir>/<network name>/*.conf``: a reason when one of
+    them would hang or break the load, else None."""
+    sub = os.path.join(os.path.dirname(path), name)
+    own, target, _err = lstat_kind(sub)
+    if target is None or not stat.S_ISDIR(target):
+        return None
+    try:
+        entries = _entries(sub)
+    except OSError:
+        return None
+    for entry, own, target, err in entries:
+        if libcni.go_ext(entry) != ".conf":
+            continue
+        if own is not None and stat.S_ISDIR(own):
+            continue
+        why = _unusable(os.path.join(sub, entry), own, target, err, findings, f"libcni (for network \"{name}\")")
+        if why:
+            return why
+    return None
 
 
 def _load_file(path, findings):
     name = os.path.basename(path)
     ext = libcni.go_ext(name)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        findings.append(Finding("error", "load-error", f"cannot read {name}", e.strerror, "make it readable", path))
-        return Loaded(path, error=e.strerror)
-    try:
-        obj = libcni.jsonio.loads(data)
-    except libcni.jsonio.JSONSyntaxError as e:
+        obj = _decode(path)
+    except BadFile as e:
+        findings.append(Finding("error", "load-error", f"cannot read {name}", e.reason, "make it readable", path))
+        return Loaded(path, error=e.reason)
+    except jsonio.JSONSyntaxError as e:
         findings.append(Finding(
             "error", "invalid-json", f"{name} is not valid JSON",
             f"line {e.line}, column {e.col}: {e.problem}: {e.snippet.strip()!r}; a file that does not parse makes "
             "every network lookup in this directory fail (containerd: 'cni config load failed', then 'cni plugin "
             "not initialized')", f"fix line {e.line} of {path}", path))
+        return Loaded(path, error=str(e))
+    except ValueError as e:
+        findings.append(Finding("error", "invalid-json", f"{name} is not valid JSON", str(e), f"fix {path}", path))
         return Loaded(path, error=str(e))
     if isinstance(obj, dict) and ext in (".conf", ".json") and "plugins" in obj and "type" not in obj:
         findings.append(Finding(
@@ -109,6 +201,7 @@ def _load_file(path, findings):
             "it has a 'plugins' list and no 'type'; libcni: \"error parsing configuration: missing 'type'\", which "
             "aborts every lookup in the directory", f"rename it to {name[:-len(ext)]}.conflist", path))
         return Loaded(path, error="missing 'type'")
+    net_name = obj.get("name") if isinstance(obj, dict) and isinstance(obj.get("name"), str) else ""
     if isinstance(obj, dict) and ext == ".conflist" and "plugins" not in obj:
         if "type" in obj:
             evidence = ("it has a 'type' and no 'plugins': it is a single plugin config. libcni before 1.3: "
@@ -117,10 +210,20 @@ def _load_file(path, findings):
         else:
             evidence = "libcni before 1.3: \"no 'plugins' key\"; 1.3 and later: \"no plugin configs found\""
             fix = 'add "plugins": [ {"type": ...} ] to it'
-        sub = os.path.join(os.path.dirname(path), str(obj.get("name", "")))
-        if not (obj.get("name") and os.path.isdir(sub) and any(f.endswith(".conf") for f in os.listdir(sub))):
+        sub = os.path.join(os.path.dirname(path), net_name)
+        has_sub = False
+        if net_name and cnienv.valid_name(net_name):
+            try:
+                has_sub = os.path.isdir(sub) and any(f.endswith(".conf") for f in os.listdir(sub))
+            except OSError:
+                has_sub = False
+        if not has_sub:
             findings.append(Finding("error", "no-plugins", f"{name} is a conflist without plugins", evidence, fix, path))
             return Loaded(path, error="no plugins")
+    if ext == ".conflist" and net_name and not (isinstance(obj, dict) and obj.get("loadOnlyInlinedPlugins") is True):
+        why = _check_subdir(path, net_name, findings)
+        if why:
+            return Loaded(path, error=why)
     try:
         netconf = libcni.load_any(path)
     except libcni.LibcniError as e:
@@ -167,9 +270,29 @@ def check_shadowing(view, loaded, findings):
                 f"also defined by {os.path.basename(first.path)}, which libcni finds first",
                 ".conflist files are searched before .conf/.json, each in file-name order; the first match wins",
                 f"remove {os.path.basename(e.path)} or give it another name", e.path))
-    unused = [os.path.basename(e.path) for e in loaded if e is not chosen]
-    if unused and not view.default_network:
-        findings.append(Finding("note", "shadowed", f"containerd's CRI never reads {', '.join(unused)}",
-                                "it uses only the first file by name (max_conf_num = 1)",
+    others = [e for e in good if e is not chosen and e.netconf.name != chosen.netconf.name]
+    if not others:
+        return chosen.netconf
+    ignored = ", ".join(f'{os.path.basename(e.path)} ("{e.netconf.name}")' for e in others)
+    count = plural(len({e.netconf.name for e in good}), "networks are", "networks are")
+    if view.default_network:
+        findings.append(Finding("note", "several-networks", f"{view.source} never uses {ignored} for pods",
+                                f"its cni_default_network is \"{view.default_network}\"; podman reads every file",
                                 "nothing to do unless you expected one of them to be the pod network", view.conf_dir))
+    elif view.source == "containerd" and view.max_conf_num != 1:
+        findings.append(Finding("note", "several-networks", f"containerd attaches every pod to "
+                                f"{'all' if view.max_conf_num <= 0 else f'the first {view.max_conf_num}'} of the "
+                                f"networks in {view.conf_dir}", f"max_conf_num = {view.max_conf_num} in {view.origin}; "
+                                f"besides the first: {ignored}", "", view.conf_dir))
+    else:
+        findings.append(Finding(
+            "warning", "several-networks",
+            f'{len(others) + 1} networks are configured in {view.conf_dir}: pods get only "{chosen.netconf.name}" '
+            f"({os.path.basename(chosen.path)}), the others are ignored",
+            "containerd's CRI loads only the first file in lexical order (max_conf_num = 1) and CRI-O takes the "
+            f"first too unless cni_default_network names another; ignored: {ignored}; podman reads all of them "
+            "(each is a network for podman run --network NAME)",
+            "remove the files not meant for pods (podman's own networks belong in its network_config_dir), or "
+            "rename the pod network's file so it sorts first (e.g. 00-<name>.conflist); with CRI-O, "
+            "cni_default_network can name it", view.conf_dir))
     return chosen.netconf

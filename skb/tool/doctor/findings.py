@@ -31,14 +31,19 @@ def _one_line(s):
 class View:
     """One runtime's idea of where CNI lives (or the flags', or the defaults)."""
 
-    __slots__ = ("source", "conf_dir", "bin_dirs", "default_network", "origin")
+    __slots__ = ("source", "conf_dir", "bin_dirs", "default_network", "origin", "bin_key", "max_conf_num")
 
-    def __init__(self, source, conf_dir, bin_dirs, default_network="", origin=""):
+    def __init__(self, source, conf_dir, bin_dirs, default_network="", origin="", bin_key="", max_conf_num=1):
         self.source = source
         self.conf_dir = conf_dir
         self.bin_dirs = list(bin_dirs)
         self.default_network = default_network
         self.origin = origin
+        self.bin_key = bin_key            # the setting that names the bin dirs, for a fix to point at
+        self.max_conf_num = max_conf_num  # containerd: how many conf files its CRI loads (0: all)
+
+    def is_runtime(self):
+        return self.source in ("containerd", "CRI-O")
 
     def key(self):
         return (_norm(self.conf_dir), tuple(_norm(d) for d in self.bin_dirs), self.default_network)
@@ -50,3 +55,7 @@ class View:
 
 def _norm(path):
     return os.path.normpath(path) if path else path
+
+
+def plural(n, word, words=None):
+    return f"{n} {word if n == 1 else (words or word + 's')}"

@@ -1,17 +1,21 @@
 """The node itself: lo, forwarding, rp_filter."""
-from skb.tool import libcni
 from skb.cni.errors import CNIError
 from skb.linux.netlink import RtNetlink
 from skb.tool.doctor.findings import Finding
+from skb.tool.doctor.files import BadFile, read_regular
+from skb.tool.doctor.reservations import cached_records
 
 ROUTED_TYPES = ("ptp", "bridge")     # plugins whose pod traffic the node routes
 
 
 def _sysctl(name):
+    return _sysctl_at(name.replace(".", "/"))
+
+
+def _sysctl_at(path):
     try:
-        with open("/proc/sys/" + name.replace(".", "/")) as f:
-            return f.read().strip()
-    except OSError:
+        return read_regular("/proc/sys/" + path, 4096).decode(errors="replace").strip()
+    except BadFile:
         return None
 
 
@@ -56,7 +60,7 @@ def check_routing(networks, cache_dir, findings):
         return
     strict = [f"net.ipv4.conf.{k}.rp_filter = 1" for k in ("all", "default") if _sysctl(f"net.ipv4.conf.{k}.rp_filter") == "1"]
     for ifname in _host_side_interfaces(routed, cache_dir):
-        if _sysctl(f"net.ipv4.conf.{ifname}.rp_filter") == "1":
+        if _sysctl_at(f"net/ipv4/conf/{ifname}/rp_filter") == "1":
             strict.append(f"net.ipv4.conf.{ifname}.rp_filter = 1 (host side of a pod)")
     if strict:
         findings.append(Finding(
@@ -82,15 +86,18 @@ def _host_side_interfaces(networks, cache_dir):
     """Host-side interface names (no sandbox) in the cached results of these networks."""
     names = {n.name for n in networks}
     out = []
-    for att in libcni.CNIConfig([], cache_dir).cached_attachments():
-        if att.network not in names:
+    for _path, rec in cached_records(cache_dir):
+        if rec.get("networkName") not in names:
             continue
-        try:
-            with open(att.path, "rb") as f:
-                rec = libcni.jsonio.loads(f.read())
-        except (OSError, ValueError):
-            continue
-        for iface in (rec.get("result") or {}).get("interfaces") or []:
-            if isinstance(iface, dict) and iface.get("name") and not iface.get("sandbox"):
+        result = rec.get("result") if isinstance(rec.get("result"), dict) else {}
+        ifaces = result.get("interfaces") if isinstance(result.get("interfaces"), list) else []
+        for iface in ifaces:
+            if isinstance(iface, dict) and isinstance(iface.get("name"), str) and not iface.get("sandbox") \
+                    and _ifname_ok(iface["name"]) and iface["name"] not in out:
                 out.append(iface["name"])
     return out
+
+
+def _ifname_ok(name):
+    """A name the kernel could have given an interface (so it is safe in a /proc/sys path)."""
+    return 0 < len(name.encode()) <= 15 and name not in (".", "..") and not any(c in name for c in "/: \t\n\0")

@@ -1,8 +1,19 @@
-"""The plugins a network runs: installed, executable, and speaking its cniVersion."""
+"""The plugins a network runs: installed where the runtime looks, executable, speaking its cniVersion,
+and ready (STATUS)."""
 import os
+import threading
 
+from skb.cni import result as cniresult
+from skb.cni.errors import CNIError
 from skb.tool import libcni
 from skb.tool.doctor.findings import Finding, DEFAULT_BIN_DIR
+
+# Where plugins are commonly installed: searched only to say where a missing plugin is after all.
+STANDARD_BIN_DIRS = ("/opt/cni/bin", "/usr/lib/cni", "/usr/libexec/cni", "/usr/local/lib/cni",
+                     "/usr/local/libexec/cni")
+EXEC_TIMEOUT = 10.0   # seconds a plugin may take to answer VERSION or STATUS
+STATUS_CODES = {50: "the plugin is not available: it cannot ADD",
+                51: "the plugin is not available, and existing containers may be affected"}
 
 
 def _types_of(netconf):
@@ -15,33 +26,152 @@ def _types_of(netconf):
     return out
 
 
-def check_plugins(view, networks, findings, run_version=True):
-    versions = {}
+def _find(ptype, dirs):
+    try:
+        return libcni.find_in_path(ptype, dirs)
+    except libcni.LibcniError:
+        return None
+
+
+def elsewhere(ptype, dirs, searched):
+    """Paths of ``ptype`` in the ``dirs`` not among ``searched``."""
+    seen = {os.path.normpath(d) for d in searched if d}
+    out = []
+    for d in dirs:
+        if not d or os.path.normpath(d) in seen:
+            continue
+        seen.add(os.path.normpath(d))
+        path = _find(ptype, [d])
+        if path:
+            out.append(path)
+    return out
+
+
+def _not_here(view, ptype, role, where, found, source):
+    """The finding for a plugin the view's bin dirs lack: where it is instead, if anywhere."""
+    dirs = " ".join(view.bin_dirs)
+    if found:
+        at = os.path.dirname(found[0])
+        setting = view.bin_key or ("--bin-dir" if view.source == "flags" else "the bin dirs")
+        return Finding(
+            "error", "plugin-elsewhere", f'plugin "{ptype}" ({role}) is not where {view.source} looks: it is in {at}',
+            f'{view.source} looks in [{dirs}] ({view.origin}): failed to find plugin "{ptype}" in path [{dirs}]; '
+            f"found {', '.join(found)}; used by {where}",
+            (f"add {at} to {setting} and restart {view.source}" if view.is_runtime() else f"add {at} to {setting}")
+            + (f", or install {ptype} into {view.bin_dirs[0]}" if view.bin_dirs else ""), source)
+    missing = [d for d in view.bin_dirs if not os.path.isdir(d)]
+    return Finding(
+        "error", "plugin-missing", f'plugin "{ptype}" ({role}) is not installed',
+        f'failed to find plugin "{ptype}" in path [{dirs}]; used by {where}'
+        + (f"; missing dirs: {', '.join(missing)}" if missing else ""),
+        f"install {ptype} into {view.bin_dirs[0] if view.bin_dirs else DEFAULT_BIN_DIR}, or fix the "
+        "type in the configuration", source)
+
+
+def _wants_status(netconf):
+    try:
+        return libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0")
+    except libcni.LibcniError:
+        return False
+
+
+def _version_job(view, path):
+    try:
+        return _version_info(path, view.bin_dirs), None
+    except (libcni.LibcniError, CNIError) as e:
+        return None, libcni.describe(e)
+
+
+def _status_job(view, netconf):
+    """None, or (the plugin path that failed, the error) of STATUS through the chain."""
+    exec_ = libcni.RawExec(stderr=False, timeout=EXEC_TIMEOUT)
+    cni = libcni.CNIConfig(view.bin_dirs, exec_=exec_)
+    try:
+        cni.status_list(netconf)
+    except (libcni.LibcniError, CNIError) as e:
+        return exec_.calls[-1]["path"] if exec_.calls else "", e
+    return None
+
+
+def _parallel(calls, width=8):
+    """The results of ``calls`` (no-argument functions), run in up to ``width`` threads, in order."""
+    results = [None] * len(calls)
+    todo = list(enumerate(calls))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, call = todo.pop(0)
+            results[i] = call()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(width, len(calls)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def prefetch(view, networks, run_version=True, run_status=True):
+    """VERSION of every plugin found and STATUS of every network whose plugins are all there, run in
+    parallel (each is a process start): ({path: (supportedVersions, error)}, {network source: outcome})."""
+    paths, status_nets = [], []
     for netconf in networks:
+        complete = True
+        for ptype, _role in _types_of(netconf):
+            path = _find(ptype, view.bin_dirs)
+            if path is None or not os.access(path, os.X_OK):
+                complete = False
+            elif path not in paths:
+                paths.append(path)
+        if complete and run_status and _wants_status(netconf):
+            status_nets.append(netconf)
+    jobs = ([(_version_job, path) for path in paths] if run_version else []) + \
+        [(_status_job, netconf) for netconf in status_nets]
+    if not jobs:
+        return {}, {}
+    results = _parallel([lambda job=job: job[0](view, job[1]) for job in jobs])
+    versions = {path: r for (fn, path), r in zip(jobs, results) if fn is _version_job}
+    statuses = {n.source: r for (fn, n), r in zip(jobs, results) if fn is _status_job}
+    return versions, statuses
+
+
+def check_plugins(view, networks, findings, run_version=True, search=(), versions=None):
+    """Each plugin of each network: found, executable, VERSION (``versions``: from ``prefetch``).
+    Returns {path: supportedVersions or None} and {network source: [paths]} (only when every plugin of
+    the network was found)."""
+    versions = dict(versions or {})
+    found_all = {}
+    for netconf in networks:
+        paths = []
         for ptype, role in _types_of(netconf):
             where = f'network "{netconf.name}" ({os.path.basename(netconf.source)})'
             path = _find(ptype, view.bin_dirs)
             if path is None:
-                missing = [d for d in view.bin_dirs if not os.path.isdir(d)]
-                findings.append(Finding(
-                    "error", "plugin-missing", f'plugin "{ptype}" ({role}) is not installed',
-                    f'failed to find plugin "{ptype}" in path [{" ".join(view.bin_dirs)}]; used by {where}'
-                    + (f"; missing dirs: {', '.join(missing)}" if missing else ""),
-                    f"install {ptype} into {view.bin_dirs[0] if view.bin_dirs else DEFAULT_BIN_DIR}, or fix the "
-                    "type in the configuration", netconf.source))
+                findings.append(_not_here(view, ptype, role, where,
+                                          elsewhere(ptype, list(search) + list(STANDARD_BIN_DIRS), view.bin_dirs),
+                                          netconf.source))
+                paths = None
                 continue
+            if paths is not None:
+                paths.append(path)
             if not os.access(path, os.X_OK):
+                try:
+                    mode = oct(os.stat(path).st_mode & 0o7777)
+                except OSError:
+                    mode = "unknown"
                 findings.append(Finding("error", "plugin-not-executable", f"plugin {path} is not executable",
-                                        f"mode {oct(os.stat(path).st_mode & 0o7777)}; used by {where}; libcni finds it and "
+                                        f"mode {mode}; used by {where}; libcni finds it and "
                                         "then fails with 'permission denied'", f"chmod 755 {path}", path))
+                paths = None
                 continue
             if not run_version:
                 continue
             if path not in versions:
-                try:
-                    versions[path] = (_version_info(path, view.bin_dirs), None)
-                except (libcni.LibcniError, libcni.CNIError) as e:
-                    versions[path] = (None, libcni.describe(e))
+                versions[path] = _version_job(view, path)
             supported, err = versions[path]
             if err is not None:
                 findings.append(Finding("error", "version-failed", f"plugin {path} fails VERSION",
@@ -53,20 +183,82 @@ def check_plugins(view, networks, findings, run_version=True):
                 continue
             wanted = netconf.cni_version or "0.1.0"
             if wanted not in supported:
-                common = [v for v in supported if v in libcni.cniresult.SUPPORTED_VERSIONS]
+                common = [v for v in supported if v in cniresult.SUPPORTED_VERSIONS]
                 findings.append(Finding(
                     "error", "version-unsupported",
                     f'plugin {ptype} does not support config version "{wanted}" ({where})',
                     f"{path} answers VERSION with supportedVersions {supported}",
                     f'set "cniVersion" to one it supports ({common[-1] if common else supported[-1]}), or install '
                     f"a {ptype} that speaks {wanted}", netconf.source))
+        if paths is not None:
+            found_all[netconf.source] = paths
+    return {p: v[0] for p, v in versions.items()}, found_all
 
 
-def _find(ptype, dirs):
-    try:
-        return libcni.find_in_path(ptype, dirs)
-    except libcni.LibcniError:
-        return None
+def check_runtime_bins(checked, runtimes, default, findings, search=()):
+    """The pod network's plugins in the bin dirs of each runtime whose directories were not the ones
+    checked (flags given): a runtime that would not find them is an error, saying where they are."""
+    if default is None:
+        return
+    checked_keys = {v.key() for v in checked}
+    for rt in runtimes:
+        if rt.key() in checked_keys:
+            continue
+        for ptype, role in _types_of(default):
+            if _find(ptype, rt.bin_dirs):
+                continue
+            where = f'pod network "{default.name}" ({os.path.basename(default.source)})'
+            dirs = list(search) + [d for v in checked for d in v.bin_dirs] + list(STANDARD_BIN_DIRS)
+            findings.append(_not_here(rt, ptype, role, where, elsewhere(ptype, dirs, rt.bin_dirs), default.source))
+
+
+def check_declared_versions(networks, versions, found_all, findings):
+    """A network without cniVersion is read as 0.1.0: no CHECK, STATUS or GC, lossy chained results."""
+    for netconf in networks:
+        if netconf.cni_version:
+            continue
+        lists = [versions.get(p) for p in found_all.get(netconf.source, [])]
+        common = None
+        if lists and all(lists):
+            shared = set(lists[0]).intersection(*lists[1:]) & set(cniresult.SUPPORTED_VERSIONS)
+            common = max(shared, key=cniresult.parse_version) if shared else None
+        name = os.path.basename(netconf.source)
+        findings.append(Finding(
+            "warning", "no-cniversion", f'{name} has no "cniVersion": network "{netconf.name}" is read as 0.1.0',
+            "0.1.0 has no CHECK, STATUS or GC (containerd 2 cannot ask the plugins whether they are ready, nor "
+            "collect leaked addresses), and each plugin of a chain gets the previous result in the 0.1.0 form "
+            "(no interfaces, one address per family): chained results are lossy",
+            f'add "cniVersion": "{common or "1.0.0"}" to {netconf.source}'
+            + (" (the newest version every plugin of the chain supports)" if common else ""), netconf.source))
+
+
+def check_status(view, networks, default, found_all, findings, statuses=None):
+    """STATUS through each network's chain as libcni does (cniVersion 1.1.0 and later; containerd 2
+    asks every few seconds; ``statuses``: from ``prefetch``). A failure of the pod network makes kubelet
+    mark the node NotReady."""
+    statuses = statuses or {}
+    for netconf in networks:
+        if netconf.source not in found_all or not _wants_status(netconf):
+            continue          # a plugin is missing (reported already), or the version has no STATUS
+        outcome = statuses[netconf.source] if netconf.source in statuses else _status_job(view, netconf)
+        if outcome is not None:
+            failed, e = outcome
+            inner = e if isinstance(e, CNIError) else e.cni_error()
+            code = inner.code if inner is not None else None
+            msg = libcni.describe(e)
+            meaning = STATUS_CODES.get(code, "")
+            pod = default is not None and netconf.source == default.source
+            findings.append(Finding(
+                "error" if pod else "warning", "status-failed",
+                f'plugin {os.path.basename(failed) or "?"} fails STATUS (network "{netconf.name}", '
+                f"{os.path.basename(netconf.source)})",
+                f"code {code if code is not None else '?'}{' (' + meaning + ')' if meaning else ''}: {msg}"
+                + ("; containerd 2 asks every few seconds and kubelet then marks the node NotReady: \"container "
+                   "runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network "
+                   f"plugin returns error: {msg}\"" if pod else ""),
+                "fix what the plugin reports (often its daemon or its datastore is down); reproduce with: skb "
+                f"status {netconf.name} --conf-dir {os.path.dirname(netconf.source)} --cni-path "
+                f"{':'.join(view.bin_dirs)}", failed or netconf.source))
 
 
 def _version_info(path, dirs):
@@ -78,7 +270,7 @@ class _PathExec(libcni.RawExec):
     """Runs exactly the file found (the lookup was already made), stderr kept out of the report."""
 
     def __init__(self, path):
-        libcni.RawExec.__init__(self, stderr=False, timeout=10)
+        libcni.RawExec.__init__(self, stderr=False, timeout=EXEC_TIMEOUT)
         self.path = path
 
     def find_in_path(self, plugin, paths):

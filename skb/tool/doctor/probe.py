@@ -1,13 +1,93 @@
-"""--probe: ADD and DEL of the pod network in scratch namespaces."""
-import os
-import shutil
-import tempfile
+"""--probe: ADD and DEL of the pod network, as a runtime would, without ever changing the node.
 
+A diagnostic never changes the node it diagnoses. The probe runs in a forked child that first gives
+itself a network namespace and a mount namespace of its own: the "scratch node". Its plugins run there,
+so whatever they do to "the host" (a veth end, routes, sysctls such as ``net.ipv4.ip_forward``,
+masquerade rules) happens in the scratch node and vanishes with it. The files they keep are isolated too:
+the netns dir is a private tmpfs, and every host-local ``dataDir`` the network names is covered by an
+overlay whose writes go to that tmpfs (the node's reservations stay visible, none is added or advanced).
+When a directory cannot be isolated, the probe is skipped and says why.
+
+What the ADD needed from the node is reported, not done: sysctls it changed in the scratch node whose
+value on the node differs (forwarding off: pods would get no traffic beyond the node). Links the DEL
+left behind in the scratch node are reported as leftovers.
+"""
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import time
+
+from skb.cni.errors import CNIError
 from skb.tool import libcni
 from skb.linux import scratch_netns
 from skb.tool.doctor.findings import Finding
+from skb.tool.doctor.reservations import host_local_stores
 
 CRI_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=skb-doctor;K8S_POD_NAME=probe;K8S_POD_INFRA_CONTAINER_ID={cid}"
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+REPLY_LIMIT = 1 << 20
+# node sysctls a pod network's ADD may need: read on the node, and in the scratch node before and after
+SYSCTL_DIRS = ("net/ipv4/conf/all", "net/ipv4/conf/default", "net/ipv6/conf/all", "net/ipv6/conf/default")
+SYSCTL_FILES = ("net/ipv4/ip_forward",)
+NEEDS = {"net.ipv4.ip_forward": ("IPv4 forwarding is off on the node", "forwarding-off"),
+         "net.ipv4.conf.all.forwarding": ("IPv4 forwarding is off on the node", "forwarding-off"),
+         "net.ipv6.conf.all.forwarding": ("IPv6 forwarding is off on the node", "forwarding-off")}
+
+_libc = None
+
+
+class Isolation(Exception):
+    """The probe cannot keep the node unchanged; the message says what could not be isolated."""
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+        _libc.unshare.argtypes = (ctypes.c_int,)
+    return _libc
+
+
+def _check(rc, what):
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise Isolation(f"{what}: {os.strerror(err)}")
+
+
+def _mount(source, target, fstype, flags, data=None):
+    enc = (lambda s: s.encode() if s is not None else None)
+    _check(_c().mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
+           f"cannot mount {fstype or 'over'} {target}")
+
+
+def read_sysctls():
+    """{dotted name: value} of the sysctls in SYSCTL_DIRS/FILES, as this process's netns sees them."""
+    out = {}
+    names = list(SYSCTL_FILES)
+    for d in SYSCTL_DIRS:
+        try:
+            names += [f"{d}/{n}" for n in os.listdir("/proc/sys/" + d)]
+        except OSError:
+            pass
+    for name in names:
+        try:
+            fd = os.open("/proc/sys/" + name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            out[name.replace("/", ".")] = os.read(fd, 256).decode(errors="replace").strip()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return out
 
 
 def ips_on(res, ifname):
@@ -28,51 +108,206 @@ def ips_on(res, ifname):
     return found, None
 
 
-def probe(view, netconf, opts, findings):
-    name = scratch_netns.unique_name("skb-probe")
+# ---------------------------------------------------------------------------------------------------
+# the scratch node (runs in the forked child only)
+
+def _links():
+    from skb.linux.netlink import RtNetlink
+    with RtNetlink(label="the scratch node") as nl:
+        return sorted(link.name for link in nl.link_list())
+
+
+def _scratch_node(scratch):
+    """Enter a new netns and mount namespace; a private tmpfs on ``scratch`` for namespaces and state."""
+    _check(_c().unshare(CLONE_NEWNS | CLONE_NEWNET), "cannot create the scratch node's namespaces (needs root)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    from skb.linux.netlink import RtNetlink
+    with RtNetlink(label="the scratch node") as nl:
+        nl.link_set_up("lo")                 # a node's lo is up
     try:
-        path = scratch_netns.add(name, opts.netns_dir)
-    except scratch_netns.NetnsAdminError as e:
-        findings.append(Finding("warning", "probe-failed", "cannot make a scratch netns for the probe", str(e),
-                                "run skb doctor --probe as root"))
-        return
-    cache = tempfile.mkdtemp(prefix="skb-probe-cache-")
+        _mount("sysfs", "/sys", "sysfs", 0)   # /sys/class/net of the scratch node
+    except Isolation:
+        pass
+    _mount("skb-probe", scratch, "tmpfs", 0, "mode=0755")
+
+
+def _isolate(path, scratch, n):
+    """Cover ``path`` (or its nearest existing ancestor) with an overlay whose writes go to the scratch tmpfs."""
+    at = os.path.abspath(path)
+    while not os.path.isdir(at):
+        at = os.path.dirname(at)
+    if at == "/" or any(c in at for c in ",:\\") or scratch.startswith(at.rstrip("/") + "/"):
+        raise Isolation(f"cannot isolate {path}: its nearest existing directory is {at}")
+    upper, work = os.path.join(scratch, f".state{n}", "upper"), os.path.join(scratch, f".state{n}", "work")
+    os.makedirs(upper)
+    os.makedirs(work)
+    _mount("skb-probe", at, "overlay", 0, f"lowerdir={at},upperdir={upper},workdir={work}")
+
+
+def _child(view, netconf, opts, scratch):
+    """The probe proper, in the scratch node: a JSON-able report."""
+    _scratch_node(scratch)
+    stores = [os.path.dirname(store) for _n, store in host_local_stores([netconf])]
+    for n, d in enumerate(dict.fromkeys(stores)):
+        _isolate(d, scratch, n)
+    before, links_before = read_sysctls(), _links()
+    name = scratch_netns.unique_name("skb-probe")
+    path = scratch_netns.add(name, scratch)
+    cache = os.path.join(scratch, ".cache")
     cid = f"skb-probe-{os.urandom(8).hex()}"
     rt = libcni.RuntimeConf(cid, path, opts.probe_ifname, libcni.parse_cnitool_args(CRI_ARGS.format(cid=cid)))
     cni = libcni.CNIConfig(view.bin_dirs, cache, libcni.RawExec(stderr=False, timeout=opts.probe_timeout))
-    where = f'network "{netconf.name}" ({os.path.basename(netconf.source)})'
+    out = {"add": None, "del": None, "changed": {}, "leftover": []}
     try:
+        res = cni.add_list(netconf, rt)
+    except (libcni.LibcniError, CNIError) as e:
+        out["add"] = {"error": libcni.describe(e)}
+    else:
+        addrs, problem = ips_on(res, opts.probe_ifname)
+        out["add"] = {"addrs": addrs, "problem": problem,
+                      "result": libcni.go_marshal(libcni.result_dict(res)).decode()}
+    after = read_sysctls()
+    out["changed"] = {k: [before.get(k), v] for k, v in after.items() if before.get(k) != v}
+    try:
+        cni.del_list(netconf, rt)
+    except (libcni.LibcniError, CNIError) as e:
+        out["del"] = {"error": libcni.describe(e)}
+    out["leftover"] = [link for link in _links() if link not in links_before]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# the parent: fork, wait (bounded), turn the report into findings
+
+def _run_child(view, netconf, opts, scratch):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
         try:
-            res = cni.add_list(netconf, rt)
-        except (libcni.LibcniError, libcni.CNIError) as e:
-            findings.append(Finding("error", "probe-failed", f"ADD of the pod network fails ({where})",
-                                    libcni.describe(e), "fix the plugin error above; skb add "
-                                    f"{netconf.name} <netns> -v --conf-dir {view.conf_dir} reproduces it",
-                                    netconf.source))
-        else:
-            addrs, problem = ips_on(res, opts.probe_ifname)
-            shown = libcni.go_marshal(libcni.result_dict(res)).decode()
-            if problem or not addrs:
-                findings.append(Finding(
-                    "error", "probe-no-ip",
-                    f"the pod network's result has no IP address on {opts.probe_ifname} ({where})",
-                    f"{problem + '; ' if problem else ''}result: {shown[:600]}; containerd looks up "
-                    f"{opts.probe_ifname} and fails the sandbox: 'failed to find network info for sandbox'",
-                    "the chain must end with a result whose ips point (by interface index) at the container "
-                    f"interface {opts.probe_ifname}: check the main plugin's ipam section, and that later plugins "
-                    "pass prevResult through", netconf.source))
-            else:
-                findings.append(Finding("note", "probe", f"probe ADD ok: {opts.probe_ifname} got {', '.join(addrs)}",
-                                        f"result: {shown[:300]}", "", netconf.source))
+            os.close(r)
+            os.setpgid(0, 0)
+            try:
+                reply = _child(view, netconf, opts, scratch)
+            except Isolation as e:
+                reply = {"skipped": str(e)}
+            except (scratch_netns.NetnsAdminError, CNIError, OSError) as e:
+                reply = {"skipped": str(e)}
+            except BaseException as e:     # the child must always answer and exit
+                reply = {"skipped": f"{type(e).__name__}: {e}"}
+            data = json.dumps(reply).encode()
+            while data:
+                data = data[os.write(w, data):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    allowed = 2 * opts.probe_timeout * max(1, len(netconf.plugins)) + 30
+    deadline = time.monotonic() + allowed
+    chunks, size = [], 0
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > REPLY_LIMIT:
+                raise TimeoutError
+    except TimeoutError:
         try:
-            cni.del_list(netconf, rt)
-        except (libcni.LibcniError, libcni.CNIError) as e:
-            findings.append(Finding("error", "probe-failed", f"DEL of the pod network fails ({where})",
-                                    libcni.describe(e), "a runtime retries DEL until it succeeds; fix the plugin",
-                                    netconf.source))
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-        try:
-            scratch_netns.delete(name, opts.netns_dir)
-        except scratch_netns.NetnsAdminError:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
             pass
+        return {"skipped": f"the probe did not finish within {allowed:.0f} s; it was killed"}
+    finally:
+        os.close(r)
+        _reap(pid)
+    try:
+        return json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        return {"skipped": "the probe ended without a report"}
+
+
+def _reap(pid):
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+        except OSError as e:
+            if e.errno != errno.EINTR:
+                return
+
+
+def probe(view, netconf, opts, findings):
+    node = read_sysctls()
+    made = None
+    scratch = opts.netns_dir
+    if not os.path.isdir(scratch):      # a mount point for the child's tmpfs, removed afterwards
+        import tempfile
+        scratch = made = tempfile.mkdtemp(prefix="skb-probe-")
+    try:
+        reply = _run_child(view, netconf, opts, scratch)
+    finally:
+        if made:
+            try:
+                os.rmdir(made)
+            except OSError:
+                pass
+    where = f'network "{netconf.name}" ({os.path.basename(netconf.source)})'
+    if "skipped" in reply:
+        findings.append(Finding("warning", "probe-skipped", f"the probe of {where} did not run",
+                                str(reply["skipped"]), "run skb doctor --probe as root; the probe never changes "
+                                "the node, so it refuses to run where it cannot isolate what the plugins write",
+                                netconf.source))
+        return
+    add = reply.get("add") or {}
+    if "error" in add:
+        findings.append(Finding("error", "probe-failed", f"ADD of the pod network fails ({where})",
+                                add["error"], "fix the plugin error above; skb add "
+                                f"{netconf.name} <netns> -v --conf-dir {view.conf_dir} reproduces it",
+                                netconf.source))
+    else:
+        addrs, problem, shown = add.get("addrs") or [], add.get("problem"), add.get("result", "")
+        if problem or not addrs:
+            findings.append(Finding(
+                "error", "probe-no-ip",
+                f"the pod network's result has no IP address on {opts.probe_ifname} ({where})",
+                f"{problem + '; ' if problem else ''}result: {shown[:600]}; containerd looks up "
+                f"{opts.probe_ifname} and fails the sandbox: 'failed to find network info for sandbox'",
+                "the chain must end with a result whose ips point (by interface index) at the container "
+                f"interface {opts.probe_ifname}: check the main plugin's ipam section, and that later plugins "
+                "pass prevResult through", netconf.source))
+        else:
+            findings.append(Finding("note", "probe", f"probe ADD ok: {opts.probe_ifname} got {', '.join(addrs)}",
+                                    f"result: {shown[:300]}", "", netconf.source))
+    changed = reply.get("changed") or {}
+    for key, (old, new) in sorted(changed.items()):
+        if node.get(key) == new:
+            continue
+        if key.endswith(".forwarding") and key.startswith("net.ipv4.conf.") and "net.ipv4.ip_forward" in changed:
+            continue        # ip_forward switches every interface's forwarding: one finding says it
+        if key == "net.ipv6.conf.default.forwarding" and "net.ipv6.conf.all.forwarding" in changed:
+            continue
+        what, code = NEEDS.get(key, (f"the pod network's ADD needs {key} = {new}; the node has {node.get(key)}",
+                                     "probe-needs"))
+        findings.append(Finding(
+            "error" if code == "forwarding-off" else "warning", code, what,
+            f"the probe's ADD of {where} switched {key} from {old} to {new} in its scratch node; on the node it is "
+            f"{node.get(key)}" + (": pods would get no traffic beyond the node until a real ADD switches it on "
+                                  "(a change to the node), or again whenever something switches it off"
+                                  if code == "forwarding-off" else ""),
+            f"sysctl -w {key}={new} and persist it in /etc/sysctl.d/", netconf.source))
+    if reply.get("del") and "error" in reply["del"]:
+        findings.append(Finding("error", "probe-failed", f"DEL of the pod network fails ({where})",
+                                reply["del"]["error"], "a runtime retries DEL until it succeeds; fix the plugin",
+                                netconf.source))
+    if reply.get("leftover"):
+        findings.append(Finding("warning", "probe-leftover", f"DEL of {where} leaves links on the node",
+                                f"after ADD and DEL the probe's scratch node still has "
+                                f"{', '.join(map(str, reply['leftover']))}", "fix the plugin's DEL", netconf.source))

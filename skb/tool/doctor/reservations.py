@@ -2,10 +2,13 @@
 import os
 import socket
 
+from skb.cni import jsonio
 from skb.tool import libcni
 from skb.tool.doctor.findings import Finding
+from skb.tool.doctor.files import BadFile, read_regular
 
 HOST_LOCAL_DATA_DIR = "/var/lib/cni/networks"
+MAX_CACHED = 100000      # cache records read at most
 
 
 def _is_ip(name):
@@ -30,21 +33,58 @@ def reservations(store):
             continue
         path = os.path.join(store, name)
         try:
-            with open(path, "rb") as f:   # binary: text mode would fold the "\r\n" separator
-                content = f.read().decode("utf-8", "replace")
-        except OSError:
+            content = read_regular(path, 4096).decode("utf-8", "replace")   # bytes: keep the "\r\n"
+        except BadFile:
             continue
         cid, sep, ifname = content.partition("\r\n")
         out.append((name, cid.strip(), ifname.strip() if sep else None, path))
     return out
 
 
+def _field(obj, key):
+    """A key as Go's decoder matches a struct field: exact, else case-insensitively."""
+    if key in obj:
+        return obj[key]
+    return next((v for k, v in obj.items() if k.lower() == key.lower()), None)
+
+
+def cached_records(cache_dir):
+    """(path, record) of each readable cniCacheV1 record in ``<cache_dir>/results``, by file name; entries
+    that are not regular files are skipped, never opened blocking."""
+    d = os.path.join(cache_dir, "results")
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return []
+    out = []
+    for name in names[:MAX_CACHED]:
+        path = os.path.join(d, name)
+        try:
+            rec = jsonio.loads(read_regular(path))
+        except (BadFile, ValueError):
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == libcni.CACHE_KIND:
+            out.append((path, rec))
+    return out
+
+
+def cached_attachments(cache_dir):
+    """libcni's GetCachedAttachments over ``cached_records`` (fields checked for type)."""
+    out = []
+    for path, rec in cached_records(cache_dir):
+        cid, net, ifname, netns = (rec.get(k) for k in ("containerId", "networkName", "ifName", "netns"))
+        if not (isinstance(net, str) and net and isinstance(ifname, str) and ifname):
+            continue
+        out.append(libcni.Attachment(cid if isinstance(cid, str) else "", net, ifname, b"",
+                                     netns if isinstance(netns, str) else "", [], {}, path))
+    return out
+
+
 def leaked_reservations(network, store, cache_dir):
     """The reservations of ``network`` in ``store`` that nothing will release, with the reason: no cached
     result for the attachment, or a cached result whose netns is gone."""
-    cni = libcni.CNIConfig([], cache_dir)
     cached = {}
-    for att in cni.cached_attachments():
+    for att in cached_attachments(cache_dir):
         if att.network == network:
             cached.setdefault((att.container_id, att.ifname), att)
             cached.setdefault((att.container_id, None), att)   # legacy reservations carry no ifname
@@ -67,7 +107,8 @@ def host_local_stores(networks):
             ipam = p.raw.get("ipam") if isinstance(p.raw.get("ipam"), dict) else None
             if not ipam or p.ipam_type != "host-local":
                 continue
-            data_dir = libcni._field(ipam, "dataDir") or HOST_LOCAL_DATA_DIR
+            data_dir = _field(ipam, "dataDir")
+            data_dir = data_dir if isinstance(data_dir, str) and data_dir else HOST_LOCAL_DATA_DIR
             store = os.path.join(data_dir, n.name)
             if (n.name, store) not in seen:
                 seen.add((n.name, store))

@@ -1,68 +1,156 @@
 """Where the runtimes look: containerd's config.toml and CRI-O's crio.conf (+ crio.conf.d)."""
 import os
+import glob
 import tomllib
 
 from skb.tool.doctor.findings import Finding, View, DEFAULT_BIN_DIR, _norm
+from skb.tool.doctor.files import BadFile, read_regular
 
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CRIO_CONFIG = "/etc/crio/crio.conf"
 CRIO_CONFIG_DIR = "/etc/crio/crio.conf.d"
 
 
+MAX_FILES = 64          # runtime config files followed (imports, drop-ins)
+
+# containerd: the table holding [.cni] by config version (1.x reads v1 and v2; 2.x reads v2 and v3, migrating v2)
+_CONTAINERD_CRI = {3: ("io.containerd.cri.v1.runtime",), 2: ("io.containerd.grpc.v1.cri",),
+                   1: ("cri", "io.containerd.grpc.v1.cri")}
+
+
 def _toml(path):
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+    """A TOML file as a dict; BadFile or ValueError with a one-line reason."""
+    data = read_regular(path)
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text (byte {e.start})") from None
+
+
+def _exists(path):
+    try:
+        return bool(path) and os.path.lexists(path)
+    except (ValueError, TypeError):
+        return False
+
+
+def _merge(into, data):
+    """containerd's merge of an imported file: tables merge key by key, other values replace."""
+    for k, v in data.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+
+
+def _strings(v):
+    return [x for x in v if isinstance(x, str) and x] if isinstance(v, list) else []
+
+
+def _containerd_data(path, findings):
+    """config.toml with its ``imports`` merged in, or None (a finding says why)."""
+    try:
+        data = _toml(path)
+    except (BadFile, ValueError) as e:
+        findings.append(Finding("warning", "runtime-config-invalid", f"containerd's config {path} does not parse",
+                                str(e), "fix the file; containerd refuses to start with it", path))
+        return None
+    seen = 1
+    for pattern in _strings(data.get("imports")):
+        pattern = pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(path), pattern)
+        for imp in sorted(glob.glob(pattern)):
+            seen += 1
+            if seen > MAX_FILES:
+                break
+            try:
+                _merge(data, _toml(imp))
+            except (BadFile, ValueError) as e:
+                findings.append(Finding("warning", "runtime-config-invalid",
+                                        f"containerd's imported config {imp} does not parse", str(e),
+                                        "fix the file; containerd refuses to start with it", imp))
+    return data
 
 
 def containerd_view(path, findings):
     """containerd's CNI dirs from its config.toml, or None when there is no such file."""
-    if not path or not os.path.isfile(path):
+    if not _exists(path):
         return None
-    try:
-        data = _toml(path)
-    except (OSError, ValueError) as e:
-        findings.append(Finding("warning", "runtime-config-invalid", f"containerd's config {path} does not parse",
-                                str(e), "fix the TOML; containerd refuses to start with it"))
+    data = _containerd_data(path, findings)
+    if data is None:
         return None
-    plugins = data.get("plugins", {}) if isinstance(data.get("plugins"), dict) else {}
     version = data.get("version", 1)
-    if version >= 3:
-        section, name = plugins.get("io.containerd.cri.v1.runtime", {}), 'plugins."io.containerd.cri.v1.runtime".cni'
-    elif version == 2:
-        section, name = plugins.get("io.containerd.grpc.v1.cri", {}), 'plugins."io.containerd.grpc.v1.cri".cni'
-    else:
-        section, name = plugins.get("cri", {}), "plugins.cri.cni"
-    cni = section.get("cni", {}) if isinstance(section, dict) else {}
-    cni = cni if isinstance(cni, dict) else {}
-    conf_dir = cni.get("conf_dir") or "/etc/cni/net.d"
-    bins = cni.get("bin_dirs") or ([cni["bin_dir"]] if cni.get("bin_dir") else [DEFAULT_BIN_DIR])
+    if isinstance(version, bool) or not isinstance(version, int) or version not in _CONTAINERD_CRI:
+        findings.append(Finding("warning", "runtime-config-invalid", f"containerd's config {path} has version = "
+                                f"{version!r}", "containerd 1.x reads version 1 and 2, containerd 2.x version 2 and 3",
+                                "set version = 2 (containerd 1.7) or 3 (containerd 2.x)", path))
+        return None
+    plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
+    cni, name = {}, f'plugins."{_CONTAINERD_CRI[version][0]}".cni'
+    for table in _CONTAINERD_CRI[version]:
+        section = plugins.get(table)
+        if isinstance(section, dict) and isinstance(section.get("cni"), dict):
+            cni, name = section["cni"], f'plugins."{table}".cni' if "." in table else f"plugins.{table}.cni"
+            break
+    for other, tables in _CONTAINERD_CRI.items():   # the section of another version: silently ignored
+        for table in tables:
+            section = plugins.get(table)
+            if other != version and table not in _CONTAINERD_CRI[version] and isinstance(section, dict) \
+                    and isinstance(section.get("cni"), dict):
+                findings.append(Finding(
+                    "warning", "runtime-config-ignored",
+                    f'containerd ignores [plugins."{table}".cni] in {path}',
+                    f"the file says version = {version}; that table is read only in version {other} files, so "
+                    f"containerd uses [{name}]" + ("" if cni else " (absent: its defaults)"),
+                    f"move the settings to [{name}]", path))
+    conf_dir = cni.get("conf_dir") if isinstance(cni.get("conf_dir"), str) and cni.get("conf_dir") else "/etc/cni/net.d"
+    bins, key = _strings(cni.get("bin_dirs")), "bin_dirs"
+    if not bins:
+        bin_dir = cni.get("bin_dir")
+        bins, key = ([bin_dir], "bin_dir") if isinstance(bin_dir, str) and bin_dir else ([DEFAULT_BIN_DIR], "")
+    if not key:
+        key = "bin_dirs" if version >= 3 else "bin_dir"
+    max_conf = cni.get("max_conf_num", 1)
+    max_conf = max_conf if isinstance(max_conf, int) and not isinstance(max_conf, bool) else 1
     origin = f"{path} [{name}]" if cni else f"{path} (no [{name}] section: containerd's defaults)"
-    return View("containerd", conf_dir, [b for b in bins if isinstance(b, str)], "", origin)
+    return View("containerd", conf_dir, bins, "", origin, f"{key} in [{name}] of {path}", max_conf)
+
+
+def _crio_files(path, drop_in_dir):
+    """crio.conf, then every file under the drop-in dir in lexical order, depth first (CRI-O walks it)."""
+    files = [path] if _exists(path) else []
+    if not drop_in_dir:
+        return files
+    for root, dirs, names in os.walk(drop_in_dir):
+        dirs.sort()
+        files += [os.path.join(root, n) for n in sorted(names)]
+        if len(files) > MAX_FILES:
+            break
+    return files[:MAX_FILES]
 
 
 def crio_view(path, drop_in_dir, findings):
     """CRI-O's CNI dirs from crio.conf and its drop-in directory (later files override), or None."""
-    files = [path] if path and os.path.isfile(path) else []
-    if drop_in_dir and os.path.isdir(drop_in_dir):
-        files += [os.path.join(drop_in_dir, f) for f in sorted(os.listdir(drop_in_dir))
-                  if os.path.isfile(os.path.join(drop_in_dir, f))]
+    files = _crio_files(path, drop_in_dir)
     if not files:
         return None
-    network = {}
+    network, set_in = {}, {}
     for f in files:
         try:
             data = _toml(f)
-        except (OSError, ValueError) as e:
+        except (BadFile, ValueError) as e:
             findings.append(Finding("warning", "runtime-config-invalid", f"CRI-O's config {f} does not parse",
-                                    str(e), "fix the TOML; CRI-O refuses to start with it"))
+                                    str(e), "fix the file; CRI-O refuses to start with it", f))
             continue
         section = data.get("crio", {}).get("network", {}) if isinstance(data.get("crio"), dict) else {}
         if isinstance(section, dict):
             network.update(section)
-    conf_dir = network.get("network_dir") or "/etc/cni/net.d/"
-    bins = network.get("plugin_dirs") or ["/opt/cni/bin/"]
-    return View("CRI-O", conf_dir, [b for b in bins if isinstance(b, str)],
-                network.get("cni_default_network") or "", ", ".join(files) + " [crio.network]")
+            set_in.update((k, f) for k in section)
+    conf_dir = network.get("network_dir") if isinstance(network.get("network_dir"), str) else ""
+    bins = _strings(network.get("plugin_dirs"))
+    default = network.get("cni_default_network") if isinstance(network.get("cni_default_network"), str) else ""
+    key = f"plugin_dirs in [crio.network] of {set_in.get('plugin_dirs', files[0])}"
+    return View("CRI-O", conf_dir or "/etc/cni/net.d/", bins or ["/opt/cni/bin/"], default,
+                ", ".join(files) + " [crio.network]", key)
 
 
 def views_from(opts, findings):

@@ -1,0 +1,152 @@
+"""skb explain: the explanation, then the doctor's findings that apply, on set-ups built in temp dirs;
+--journal with a fake journalctl; odd input never hangs or traces."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.integration.test_doctor import Setup, lo_conflist
+
+MISSING = 'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox ' \
+          '"5d3c": plugin type="nosuch" failed (add): failed to find plugin "nosuch" in path [/opt/cni/bin]'
+
+
+@pytest.fixture
+def skb(bin_dir):
+    return os.path.join(bin_dir, "skb")
+
+
+@pytest.fixture
+def setup(tmp_path, bin_dir):
+    return Setup(tmp_path, bin_dir)
+
+
+def explain(skb, setup, *args, input=None, env=None, timeout=120):
+    p = subprocess.run([skb, "explain", *args, *setup.args()], capture_output=True, text=True, input=input,
+                       env=env, timeout=timeout)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def test_explains_layers_and_runs_the_checks_that_apply(skb, setup):
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "nosuch"}]})
+    p = explain(skb, setup, MISSING)
+    lines = p.stdout.splitlines()
+    assert p.returncode == 1
+    assert lines[0].startswith("skb explain: the runtime's ADD for a pod sandbox failed; sandbox: 5d3c.")
+    assert any(line.startswith("  wrapped: a plugin of the chain failed; plugin: nosuch, verb: add.") for line in lines)
+    assert any("a plugin executable is not in the runtime's plugin dirs" in line for line in lines)
+    assert any(line.startswith("error   plugin-missing:") for line in lines)
+    assert not any(" default-network:" in line for line in lines if line.startswith("error"))
+
+
+def test_clean_node_finds_nothing(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    p = explain(skb, setup, 'failed to find plugin "nosuch" in path [/opt/cni/bin]')
+    assert p.returncode == 0
+    assert "found nothing on this node" in p.stdout
+
+
+def test_status_message_runs_status(skb, setup):
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "debug", "inject": {"STATUS": {"error": {"code": 50, "msg": "datastore unreachable"}}}}]})
+    p = explain(skb, setup, "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+                            "message:Network plugin returns error: datastore unreachable")
+    assert p.returncode == 1 and "status-failed: plugin debug fails STATUS" in p.stdout
+
+
+def test_unknown_text_runs_the_whole_doctor(skb, setup):
+    setup.write("10-pods.conflist", {"name": "pods", "plugins": [{"type": "loopback"}]})
+    p = explain(skb, setup, "something", "else")
+    assert "this message is not one skb knows: 'something else'" in p.stdout
+    assert "no-cniversion" in p.stdout and p.returncode == 1
+
+
+def test_message_from_stdin_and_from_a_file(skb, setup, tmp_path):
+    setup.write("10-lo.conflist", lo_conflist())
+    p = explain(skb, setup, "-", input="error parsing configuration list: no 'plugins' key\n")
+    assert p.returncode == 0 and "a .conflist without a plugins list" in p.stdout
+    f = tmp_path / "msg"
+    f.write_bytes(b"\xff\xfe no IP addresses available in range set: 10.0.0.1-10.0.0.9 \xc3")
+    p = explain(skb, setup, "--from-file", str(f))
+    assert p.returncode == 0 and "the address range is exhausted" in p.stdout
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "dir"])
+def test_special_files_as_the_message_file(skb, setup, tmp_path, special):
+    path = {"fifo": str(tmp_path / "fifo"), "dir": str(tmp_path), "/dev/zero": "/dev/zero"}[special]
+    if special == "fifo":
+        os.mkfifo(path)
+    p = explain(skb, setup, "--from-file", path, timeout=30)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "not a regular file" in p.stderr
+
+
+def test_endless_stdin_is_bounded(skb, setup):
+    with open("/dev/zero", "rb") as zero:
+        p = subprocess.run([skb, "explain", "-", *setup.args()], stdin=zero, capture_output=True, text=True,
+                           timeout=60)
+    assert p.returncode == 1 and "more than" in p.stderr and "Traceback" not in p.stderr
+
+
+def _fake_journalctl(d, text):
+    d.mkdir(exist_ok=True)
+    script = d / "journalctl"
+    (d / "journal.txt").write_text(text)
+    script.write_text(f'#!/bin/sh\necho "$@" > {d}/args\ncat {d}/journal.txt\n')
+    script.chmod(0o755)
+    return str(d)
+
+
+def test_journal_with_a_fake_journalctl(skb, setup, tmp_path):
+    setup.write("10-lo.conflist", lo_conflist())
+    fake = _fake_journalctl(tmp_path / "fakebin", "\n".join([
+        'Apr 16 22:26:30 node kubelet[10125]: E0416 kubelet.go:2373] "Container runtime network not ready" '
+        'networkReady="NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni '
+        'plugin not initialized"'] * 3 + [
+        "Apr 16 22:27:00 node containerd[99]: level=info msg=\"starting\"",
+        'Apr 16 22:28:00 node containerd[99]: error="failed to allocate for range 0: no IP addresses available in '
+        'range set: 10.22.0.252-10.22.0.254"']))
+    env = dict(os.environ, PATH=fake + ":" + os.environ["PATH"])
+    p = explain(skb, setup, "--journal", env=env)
+    assert p.returncode == 0, p.stdout
+    assert "2 kinds of CNI error in journalctl -u containerd -u crio -u kubelet" in p.stdout
+    assert "(3 times)" in p.stdout and "host-local could not allocate from a range set" in p.stdout
+    args = (tmp_path / "fakebin" / "args").read_text()
+    assert "-u containerd" in args and "-u kubelet" in args and "--since" in args and "-n" in args
+
+
+def test_journal_unavailable_is_skipped(skb, setup, tmp_path):
+    setup.write("10-lo.conflist", lo_conflist())
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    env = dict(os.environ, PATH="/nonexistent")
+    p = subprocess.run([os.path.join(os.path.dirname(skb), "skb"), "explain", "--journal", "--log-file", str(fifo),
+                        "--log-file", str(tmp_path / "none"), *setup.args()], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 0 and "no runtime log to read" in p.stdout and "skipped" in p.stdout, p.stdout + p.stderr
+
+
+def test_journal_from_a_log_file(skb, setup, tmp_path):
+    setup.write("10-lo.conflist", lo_conflist())
+    log = tmp_path / "containerd.log"
+    log.write_bytes(b"\xff garbage\nfailed to find network info for sandbox \"abc\"\n")
+    p = explain(skb, setup, "--journal", "--log-file", str(log))
+    assert p.returncode == 0 and "containerd: the pod network's result has no IP" in p.stdout
+
+
+def test_json_output(skb, setup):
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "nosuch"}]})
+    p = explain(skb, setup, "--json", 'failed to find plugin "nosuch" in path [/x]')
+    body = json.loads(p.stdout)
+    assert [f["code"] for f in body["problems"]] == ["plugin-missing"]
+    assert [e["pattern"] for e in body["explained"]] == ["plugin-not-found"]
+    assert body["explained"][0]["matched"] == {"plugin": "nosuch", "path": "/x"}
+
+
+def test_non_utf8_message_argument(skb, setup):
+    setup.write("10-lo.conflist", lo_conflist())
+    p = subprocess.run([skb.encode(), b"explain", b'failed to find plugin "p\xff" in path [/x]',
+                        *[a.encode() for a in setup.args()]], capture_output=True, timeout=60)
+    assert p.returncode == 0 and b"Traceback" not in p.stderr
+    assert b"plugin: p\\xff" in p.stdout or b"plugin: p\\udcff" in p.stdout
