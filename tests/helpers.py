@@ -11,7 +11,8 @@ GO_BIN_DIR = "/usr/lib/cni"
 
 def in_sandbox():
     """True when this process runs inside tests/sandbox: its netns differs from the one tests/sandbox
-    recorded before unsharing (SKB_OUTER_NETNS) and, where readable, from PID 1's."""
+    recorded before unsharing (SKB_OUTER_NETNS) and, where readable, from PID 1's, unless PID 1 is the
+    sandbox's own (its pid namespace differs from the recorded SKB_OUTER_PIDNS)."""
     outer = os.environ.get("SKB_OUTER_NETNS", "")
     own = os.stat("/proc/self/ns/net")
     if not outer or outer == f"{own.st_dev}:{own.st_ino}":
@@ -20,7 +21,11 @@ def in_sandbox():
         init = os.stat("/proc/1/ns/net")
     except OSError:  # some machines deny even root a look at PID 1's namespaces
         return True
-    return (own.st_dev, own.st_ino) != (init.st_dev, init.st_ino)
+    if (own.st_dev, own.st_ino) != (init.st_dev, init.st_ino):
+        return True
+    outer_pid = os.environ.get("SKB_OUTER_PIDNS", "")
+    pid = os.stat("/proc/self/ns/pid")
+    return bool(outer_pid) and outer_pid != f"{pid.st_dev}:{pid.st_ino}"
 
 
 def source_bin_dir(path):

@@ -169,7 +169,9 @@ def _locate_bad_number(text, i):
 
 
 def _explain(text, pos):
-    """Say what is wrong near ``pos`` in terms a person editing a conflist understands."""
+    """Say what is wrong near ``pos`` in terms a person editing a conflist understands. The decoder gives
+    the position; the cases explained here are recognised from the text there, never from the decoder's
+    wording, which changes between Python versions (3.13 reports trailing commas itself, at the comma)."""
     problem = "invalid JSON"
     try:
         import json  # error path only
@@ -178,24 +180,74 @@ def _explain(text, pos):
         problem, pos = e.msg, e.pos
     except (ValueError, RecursionError):
         pass
-    if problem.startswith("Expecting property name"):
+    comma = _trailing_comma(text, pos)
+    if comma is not None:
         # "{...,}" is the classic hand-edit mistake: say so rather than what the parser expected.
-        j = pos - 1
-        while j >= 0 and text[j] in _WS:
-            j -= 1
-        if j >= 0 and text[j] == ",":
-            return JSONSyntaxError("trailing comma after the last key (JSON allows none)", text, j)
-    if problem.startswith("Expecting value"):
-        j = pos - 1
-        while j >= 0 and text[j] in _WS:
-            j -= 1
-        if j >= 0 and text[j] == "," and pos < len(text) and text[pos] == "]":
-            return JSONSyntaxError("trailing comma after the last list item (JSON allows none)", text, j)
-        if pos >= len(text.rstrip()):
-            return JSONSyntaxError("unexpected end of input: the JSON is empty or cut short", text, pos)
-    if problem.startswith("Unterminated string"):
-        problem = "unterminated string (a missing closing quote?)"
+        what, at = comma
+        return JSONSyntaxError(f"trailing comma after the last {what} (JSON allows none)", text, at)
+    if pos >= len(text.rstrip(_WS)):
+        return JSONSyntaxError("unexpected end of input: the JSON is empty or cut short", text, pos)
+    if text[pos] == '"' and _unterminated(text, pos):
+        return JSONSyntaxError("unterminated string (a missing closing quote?)", text, pos)
     return JSONSyntaxError(problem[:1].lower() + problem[1:], text, pos)
+
+
+def _trailing_comma(text, pos):
+    """("key" or "list item", position of the comma) when the error at ``pos`` is a comma followed by the
+    end of its object or array (``pos`` at the comma, or just after it and its whitespace), else None."""
+    n = len(text)
+    j = pos
+    if j >= n or text[j] != ",":
+        j = pos - 1
+        while j >= 0 and text[j] in _WS:
+            j -= 1
+        if j < 0 or text[j] != ",":
+            return None
+    k = j + 1
+    while k < n and text[k] in _WS:
+        k += 1
+    i = j - 1
+    while i >= 0 and text[i] in _WS:
+        i -= 1
+    if k >= n or i < 0 or text[i] in "{[,":  # "{,}", "[,,": no item before the comma
+        return None
+    opener = _innermost_open(text, j)
+    if (opener, text[k]) == ("{", "}"):
+        return "key", j
+    if (opener, text[k]) == ("[", "]"):
+        return "list item", j
+    return None
+
+
+def _innermost_open(text, end):
+    """The bracket ("{" or "[") still open at ``end``, strings skipped; None at the top level."""
+    stack = []
+    i = 0
+    while i < end:
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < end and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in "{[":
+            stack.append(c)
+        elif c in "}]" and stack:
+            stack.pop()
+        i += 1
+    return stack[-1] if stack else None
+
+
+def _unterminated(text, start):
+    """True when the string opened at ``start`` has no closing quote."""
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == '"':
+            return False
+        else:
+            i += 1
+    return True
 
 
 _encode = _json.make_encoder(None, None, _json.encode_basestring, None, ":", ",", False, False, False)

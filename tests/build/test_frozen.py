@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -117,7 +118,8 @@ def poisoned_lib_dir(tmp_path):
     lib.mkdir()
     (lib / "libc.so.6").write_bytes(b"")
     donor = "/usr/lib/x86_64-linux-gnu/libutil.so.1"
-    for name in ("libm.so.6", "libz.so.1", "libpython3.11.so.1.0", "libdl.so.2", "libpthread.so.0"):
+    libpython = "libpython%d.%d.so.1.0" % sys.version_info[:2]  # the one the bundle ships
+    for name in ("libm.so.6", "libz.so.1", libpython, "libdl.so.2", "libpthread.so.0"):
         shutil.copyfile(donor, lib / name)
     broken = subprocess.run(["/bin/true"], env={"LD_LIBRARY_PATH": str(lib)}, capture_output=True)
     assert broken.returncode != 0, "the poisoned dir should break an ordinary dynamic program"

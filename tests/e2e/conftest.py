@@ -23,6 +23,14 @@ def require(*tools):
         pytest.skip(f"not installed: {', '.join(missing)} (make deps installs the e2e packages)")
 
 
+def require_cni(podman):
+    """Skip, with podman's own reason, when this podman cannot run CNI plugins (see Podman.cni_unsupported)."""
+    reason = podman.cni_unsupported()
+    if reason:
+        pytest.skip(reason)
+    return podman
+
+
 @pytest.fixture(scope="session")
 def suite_dir():
     path = os.environ.get("SKB_BIN_DIR")

@@ -160,6 +160,18 @@ class Podman:
         os.makedirs(sb.path(PODMAN_DIR), exist_ok=True)
         return self
 
+    def cni_unsupported(self):
+        """None when this podman runs CNI plugins, else why not: podman >= 5 is built with netavark only
+        unless its packager enabled CNI (Debian 13's says "cni support is not enabled in this build, only
+        netavark"). Asked with the test's own containers.conf, so the answer is the backend the test uses."""
+        r = self("network", "ls", "--format", "{{.Name}}", check=False)
+        if r.returncode == 0:
+            return None
+        version = self("--version", check=False).stdout.strip() or "podman"
+        if "cni" in r.stderr.lower() and ("not enabled" in r.stderr or "not supported" in r.stderr):
+            return f"{version} has no CNI backend: {r.stderr.strip().splitlines()[-1]}"
+        raise RuntimeError(f"podman network ls failed (exit {r.returncode}): {r.stderr.strip()}")
+
     def __call__(self, *args, check=True, timeout=60, text=True):
         return self.sb.run(["podman"] + list(args), check=check, timeout=timeout, env=self.env, text=text)
 

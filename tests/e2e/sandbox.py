@@ -37,7 +37,12 @@ class SandboxError(Exception):
 
 
 def _setup_script(binds):
-    mounts = [d for d in PRIVATE_DIRS + HIDDEN_PLUGIN_DIRS if os.path.isdir(d)]
+    mounts = []
+    for d in PRIVATE_DIRS + HIDDEN_PLUGIN_DIRS:
+        # A dir under one already covered is empty on the tmpfs (/opt/cni/bin under /opt): nothing to mount
+        # on, and nothing to hide.
+        if os.path.isdir(d) and not any(d.startswith(m + "/") for m in mounts):
+            mounts.append(d)
     lines = ["set -eu", "mount --make-rprivate /"]
     lines += [f"mount -t tmpfs -o mode=0755 skb-e2e {shlex.quote(d)}" for d in mounts]
     for target, source in binds.items():

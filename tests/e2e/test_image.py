@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.e2e import images, state
-from tests.e2e.conftest import require
+from tests.e2e.conftest import require, require_cni
 from tests.e2e.runtimes import Podman
 from tests.helpers import APPLETS
 
@@ -32,7 +32,7 @@ def built_image(sandbox, suite_dir, image_archives, tmp_path):
     ctx = tmp_path / "ctx"
     shutil.copytree(suite_dir, ctx / "dist" / "bin", symlinks=True)
     shutil.copytree(os.path.join(ROOT, "deploy"), ctx / "deploy")
-    podman = Podman(sandbox, suite_dir).setup()
+    podman = require_cni(Podman(sandbox, suite_dir).setup())
     start = time.monotonic()
     podman("build", "-q", "--network", "none", "-f", str(ctx / "deploy" / "Containerfile"), "-t", IMAGE, str(ctx),
            timeout=50)

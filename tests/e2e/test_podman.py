@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.e2e import images, state
-from tests.e2e.conftest import require
+from tests.e2e.conftest import require, require_cni
 from tests.e2e.runtimes import Podman
 from tests.e2e.state import CAPTURE, CALL_LOG
 
@@ -32,7 +32,7 @@ echo '{"cniVersion":"0.4.0","supportedVersions":["0.3.1","0.4.0"]}'
 def podman(sandbox, suite_dir, image_archives):
     require("podman", "conmon", "runc")
     sandbox.write(f"{EXTRA_BIN}/refuser", REFUSER, mode=0o755)
-    p = Podman(sandbox, suite_dir, env={"SKB_DEBUG_LOG": CALL_LOG}, extra_bin_dirs=[EXTRA_BIN]).setup()
+    p = require_cni(Podman(sandbox, suite_dir, env={"SKB_DEBUG_LOG": CALL_LOG}, extra_bin_dirs=[EXTRA_BIN]).setup())
     p.load(image_archives["busybox"])
     return p
 

@@ -2,8 +2,10 @@
 leaving, and the host-netns guard. Identity is checked with os.stat of the nsfs files, not our code."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -172,28 +174,44 @@ def test_fifo_does_not_hang(tmp_path):
     assert "(a FIFO on " in e.value.msg
 
 
-def _as_nobody(code, *args):
+@pytest.fixture
+def open_dir():
+    """A temp dir uid 65534 can reach (pytest's tmp_path sits in a root-only dir), holding a copy of skb/:
+    where the checkout lives (/root is mode 0700 on Debian) must not matter."""
+    d = tempfile.mkdtemp(prefix="skb-open-", dir="/tmp")
+    os.chmod(d, 0o755)
+    shutil.copytree(os.path.join(ROOT, "skb"), os.path.join(d, "skb"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for dirpath, dirnames, filenames in os.walk(d):
+        for name in dirnames + filenames:
+            os.chmod(os.path.join(dirpath, name), 0o755 if name in dirnames else 0o644)
+    yield d
+    shutil.rmtree(d)
+
+
+def _as_nobody(open_dir, code, *args):
     """Run ``code`` (using skb.linux.netns) as uid/gid 65534; return its parsed JSON output."""
     prog = ("import os, sys, json\nos.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
             "from skb.linux import netns\nfrom skb.cni.errors import CNIError\n" + code)
-    out = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, cwd=ROOT, timeout=30,
-                         env={"PYTHONPATH": ROOT, "PATH": os.environ["PATH"]})
+    out = subprocess.run([sys.executable, "-B", "-c", prog, *args], capture_output=True, text=True, cwd=open_dir,
+                         timeout=30, env={"PYTHONPATH": open_dir, "PATH": os.environ["PATH"]})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
-def test_permission_errors_are_code_5(tmp_path, make_netns):
-    secret = tmp_path / "secret"
-    secret.write_text("x")
+def test_permission_errors_are_code_5(open_dir, make_netns):
+    secret = os.path.join(open_dir, "secret")
+    with open(secret, "w") as f:
+        f.write("x")
     os.chmod(secret, 0o600)
-    os.chmod(tmp_path, 0o755)
     name = make_netns()
     got = _as_nobody(
+        open_dir,
         "res = []\n"
         "try:\n    netns.NetNS.open(sys.argv[1])\nexcept CNIError as e:\n    res.append([e.code, e.msg])\n"
         "try:\n    ns = netns.NetNS.open(sys.argv[2])\n    res.append('opened')\n"
         "    with netns.enter(ns): pass\nexcept CNIError as e:\n    res.append([e.code, e.msg])\n"
-        "print(json.dumps(res))\n", str(secret), f"/run/netns/{name}")
+        "print(json.dumps(res))\n", secret, f"/run/netns/{name}")
     assert got[0] == [5, f'cannot open CNI_NETNS "{secret}": permission denied (EACCES)']
     # nsfs files are world-readable: opening works, entering needs CAP_SYS_ADMIN
     assert got[1:] == ["opened", [5, f'cannot enter network namespace "/run/netns/{name}": '

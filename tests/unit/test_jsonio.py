@@ -34,6 +34,15 @@ def test_arbitrary_text_decodes_or_raises_located_error(text):
     ('{"a": 1} {}', "extra data", 1, 10),
     ('{"a": "x', "unterminated string", 1, 7),
     ('[1e400]', "out of range", 1, 2),
+    ('{"a": 1 , \n }', "trailing comma after the last key", 1, 9),
+    ('[1, ]', "trailing comma after the last list item", 1, 3),
+    ('{"a": [1,],}', "trailing comma after the last list item", 1, 9),
+    ('{"a": {"b": "x,}"},}', "trailing comma after the last key", 1, 19),
+    ('{"a": 1,', "unexpected end of input", 1, 9),
+    ('{"a": 1,]', "expecting property name", 1, 9),    # a mismatched bracket, not a trailing comma
+    ('{,}', "expecting property name", 1, 2),
+    ('[1,,2]', "expecting value", 1, 4),
+    ('{"a": "x\\"}', "unterminated string", 1, 7),
 ])
 def test_errors_are_located(text, problem, line, col):
     with pytest.raises(jsonio.JSONSyntaxError) as ei:
@@ -89,3 +98,14 @@ def test_very_long_integers_are_a_located_error(digits):
 def test_long_integers_within_the_limit_are_numbers():
     assert jsonio.loads("[%s]" % ("9" * 4300)) == [int("9" * 4300)]
     assert jsonio.loads("[0.%s]" % ("9" * 5000)) == [1.0]   # a float literal has no digit limit
+
+
+@pytest.mark.parametrize("text,pos,found", [
+    # Python <= 3.12 reports a trailing comma where the next key or value was expected, 3.13 at the comma:
+    # both positions give the same diagnosis.
+    ('{"a": 1,}', 8, ("key", 7)), ('{"a": 1,}', 7, ("key", 7)),
+    ('[1, 2 ,\n]', 8, ("list item", 6)), ('[1, 2 ,\n]', 6, ("list item", 6)),
+    ('[1,,2]', 3, None), ('{"a": 1,]', 8, None), ('{"a": 1, "b"}', 9, None),
+])
+def test_trailing_comma_at_either_position(text, pos, found):
+    assert jsonio._trailing_comma(text, pos) == found
