@@ -230,9 +230,9 @@ def test_inject_delay(debug):
     started = time.monotonic()
     r = run_plugin(debug, cni_env("ADD", netns="/x"), c)
     assert r.rc == 0 and time.monotonic() - started >= 0.4
-    started = time.monotonic()
-    run_plugin(debug, cni_env("DEL"), c)       # only ADD waits
-    assert time.monotonic() - started < 0.4
+    # Only ADD waits: with an ADD delay far beyond the timeout, DEL still completes (no timing bound).
+    c = conf(inject={"ADD": {"delayMs": 600000}})
+    assert run_plugin(debug, cni_env("DEL"), c, timeout=60).rc == 0
 
 
 def test_inject_result_object_is_printed_as_given(debug):

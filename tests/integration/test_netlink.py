@@ -326,13 +326,13 @@ def test_route_list_matches_pyroute2(addressed, ctr):
 # -- cost ----------------------------------------------------------------------------------------------
 
 
-def test_request_latency(cnl, capsys):
-    """A link lookup is one request/reply; 1000 of them should take well under a second."""
-    cnl.link_get("lo")
+def test_many_requests_on_one_socket(cnl, ctr, capsys):
+    """1000 lookups on one socket: every reply matches its request (sequence numbers never drift) and
+    agrees with ip's view. The cost is printed, not asserted (bench/ measures speed)."""
+    index = ip_json("link", "show", "d0", netns=ctr)[0]["ifindex"]
     start = time.perf_counter()
-    for _ in range(1000):
-        cnl.link_get("d0")
+    got = {cnl.link_get("d0").index for _ in range(1000)}
     per = (time.perf_counter() - start) * 1e3
     with capsys.disabled():
         print(f"\n  link_get: {per:.1f} us/request")
-    assert per < 500
+    assert got == {index}

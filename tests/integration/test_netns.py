@@ -298,13 +298,12 @@ def test_failed_switch_back_stops_the_process(make_netns):
     assert "FATAL" in out.stderr
 
 
-def test_setns_via_ctypes_costs_under_a_millisecond():
-    """Loading _ctypes and resolving setns() in a fresh process (``import ctypes`` alone is ~3 ms)."""
-    prog = ("import time\nfrom skb.linux import netns\nt = time.perf_counter()\nnetns._libc_setns()\n"
-            "print((time.perf_counter() - t) * 1e3)\n")
-    runs = [float(subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT,
-                                 check=True).stdout) for _ in range(5)]
-    assert min(runs) < 1.0, runs
+def test_setns_without_importing_ctypes():
+    """setns() is resolved through _ctypes alone: ``import ctypes`` costs ~3 ms on every plugin call."""
+    prog = ("import sys\nfrom skb.linux import netns\nnetns._libc_setns()\n"
+            "print(' '.join(m for m in ('ctypes', '_ctypes') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.split() == ["_ctypes"]
 
 # -- the host-netns guard ------------------------------------------------------------------------------
 
