@@ -20,6 +20,7 @@ import os
 
 from skb.cni import jsonio
 from skb.cni.errors import CNIError, INVALID_CONFIG
+from skb.cni.netconf import lookup_default  # a struct field as Go's decoder finds it
 
 __all__ = ["PluginNotFound", "PluginFailed", "ResultUnreadable", "check_name", "find_in_path", "environ", "exit_text",
            "plugin_error", "execute", "decode_result", "json_kind", "go_quote"]
@@ -133,17 +134,6 @@ def go_quote(s):
     return jsonio.dumps(s)
 
 
-def _field(obj, key):
-    # A struct field as Go's decoder finds it: exact key first, else a case-insensitive match.
-    if key in obj:
-        return obj[key]
-    low = key.lower()
-    for k, v in obj.items():
-        if k.lower() == low:
-            return v
-    return None
-
-
 def plugin_error(stdout, stderr, how):
     """libcni's pluginErr: the error a failed plugin reported (its code, msg and details) or, without
     an error object on stdout, one describing its output. ``how`` is ``exit_text`` of its end. The code
@@ -158,7 +148,7 @@ def plugin_error(stdout, stderr, how):
             obj = {}
         if not isinstance(obj, dict):
             raise ValueError(f"json: cannot unmarshal {json_kind(obj)} into Go value of type types.Error")
-        code, msg, details = (_field(obj, k) for k in ("code", "msg", "details"))
+        code, msg, details = (lookup_default(obj, k) for k in ("code", "msg", "details"))
         if code is not None and (isinstance(code, bool) or not isinstance(code, int) or code < 0):
             raise ValueError(f"json: cannot unmarshal {json_kind(code)} into Go struct field Error.code of type uint")
         for k, v in (("msg", msg), ("details", details)):
