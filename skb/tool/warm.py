@@ -46,5 +46,7 @@ def command(opts):
               f"  served {s['served']}, refused {refused}; children {s['children']} now, {s['peakChildren']} at most "
               f"(cap {s['maxChildren']}); idle {s['idleSeconds']} s\n"
               f"  server RSS {s['rssKB']} KB; per call (median of the last 64): child peak RSS {s['childMaxRssKB']} KB, "
-              f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit")
+              f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit\n"
+              f"  spare child: {'pid ' + str(s['sparePid']) if s.get('sparePid') else 'none now'}, faulting in "
+              f"{s.get('prefaultPages', 0)} pages ahead of its call")
     return 0

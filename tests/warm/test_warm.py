@@ -547,3 +547,34 @@ def test_servers_do_not_keep_each_other(wbin, tmp_path):
     pids = [s["pid"] for s in json.loads(p.stdout)]
     assert len(pids) == 2, p
     wait_for(lambda: all(pid_gone(pid) for pid in pids), "both servers to end")
+
+
+def _private_dirty_kb(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return sum(int(line.split()[1]) for line in f if line.startswith("Private_Dirty:"))
+
+
+def test_spare_faults_in_what_calls_write(wbin, tmp_path):
+    """Calls report the pages they wrote; the next spare makes them its own before its call: the kernel's
+    count of the spare's private dirty memory grows (by a part of them: what the spare's own rehearsal
+    writes is its own anyway; without the prefault it does not grow at all). Calls still give the exec'd
+    answer. A fresh server's first spare has learnt nothing yet: that is the baseline."""
+    stop_servers(wbin)
+    exe = os.path.join(wbin, "loopback")
+    # (the launcher starts a server at most so often: call until one runs, as a node would)
+    wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server again", 60)
+    srv = wait_for(lambda: next((s for s in servers(wbin) if s.get("sparePid")), None), "a server with a spare")
+    assert srv["served"] <= 1 and srv["prefaultPages"] == 0
+    base = _private_dirty_kb(srv["sparePid"])
+    cold = run_plugin(exe, cni_env("VERSION", **COLD))
+    for _ in range(6):
+        r = run_plugin(exe, cni_env("VERSION"))
+        assert (r.rc, r.stdout) == (cold.rc, cold.stdout)
+    srv = wait_for(lambda: next((s for s in servers(wbin) if s.get("sparePid") and s["served"] >= 6
+                                 and s["prefaultPages"] > 0), None), "a spare that learnt the calls' pages")
+    pages = srv["prefaultPages"]
+    assert pages > 50, srv
+    # The spare faults the pages in just after it is made: wait for its count to settle.
+    grown = wait_for(lambda: (_private_dirty_kb(srv["sparePid"]) - base >= 256) and _private_dirty_kb(srv["sparePid"]),
+                     "the spare to own the learnt pages", 10)
+    assert grown - base >= 256, (base, grown, pages)
