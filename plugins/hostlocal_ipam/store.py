@@ -299,10 +299,37 @@ class Store:
         return IP.parse(data.decode("ascii", "replace"))  # a trailing newline: unparsable, as in Go
 
     def set_last_reserved(self, index, ip):
+        """Rewritten in place, as Go does (a torn file only makes the next search start at the range's
+        start; the index header, which records the content, is then not trusted). Only a regular file that
+        has no other name is rewritten: anything else (a symlink, a hard link planted here, a FIFO) is
+        replaced by a new file instead, never written through."""
         data = str(ip).encode()
-        self._replace(os.path.join(self.dir, f"last_reserved_ip.{index}"), data, "record the last reserved address")
+        path = os.path.join(self.dir, f"last_reserved_ip.{index}")
+        if not self._rewrite(path, data):
+            self._replace(path, data, "record the last reserved address")
         self._lr[index] = data
         self._changed = True
+
+    @staticmethod
+    def _rewrite(path, data):
+        """Overwrite an existing regular, singly linked file with ``data``; False when it is not one."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                return False
+            os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fd, view, len(data) - len(view)):]
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     # -- the index ----------------------------------------------------------------------------------
     def owned(self, owner):

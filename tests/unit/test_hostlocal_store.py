@@ -1,5 +1,6 @@
 """The disk store on its own: Go's files, the index as a cache that heals, and what it never touches."""
 import os
+import stat
 
 import pytest
 
@@ -249,3 +250,39 @@ def test_write_errors_are_code_5_and_release_the_lock(tmp_path, monkeypatch):
     fd = os.open(tmp_path / "net" / "lock", os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # the lock was released
     os.close(fd)
+
+
+def test_last_reserved_is_rewritten_in_place_as_go_does(tmp_path):
+    """One open, no new file: the same inode holds the new address (Go writes it in place too)."""
+    with Store(str(tmp_path), "net") as s:
+        s.set_last_reserved(0, ip("10.0.0.2"))
+        s.commit()
+    f = tmp_path / "net" / "last_reserved_ip.0"
+    before = os.stat(f).st_ino
+    with Store(str(tmp_path), "net") as s:
+        s.set_last_reserved(0, ip("10.0.0.3"))
+        s.commit()
+    assert f.read_bytes() == b"10.0.0.3" and os.stat(f).st_ino == before
+
+
+@pytest.mark.parametrize("kind", ["hardlink", "symlink", "fifo"])
+def test_last_reserved_is_never_written_through_a_planted_entry(tmp_path, kind):
+    """A hard link or symlink to another file, or a FIFO, under the name: that other file keeps its
+    content (nothing hangs), and the name becomes a regular file of our own holding the address."""
+    d = tmp_path / "net"
+    d.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    f = d / "last_reserved_ip.0"
+    if kind == "hardlink":
+        os.link(victim, f)
+    elif kind == "symlink":
+        os.symlink(victim, f)
+    else:
+        os.mkfifo(f)
+    with Store(str(tmp_path), "net") as s:
+        s.set_last_reserved(0, ip("10.0.0.7"))
+        s.commit()
+    assert victim.read_bytes() == b"precious"
+    st = os.lstat(f)
+    assert stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and f.read_bytes() == b"10.0.0.7"
