@@ -39,7 +39,9 @@ an address that is taken, as in Go, and is never followed, read or removed.
 
 Crash safety: a reservation file is complete before it has its name (written under .skb/tmp, then
 ``link()``ed, which fails if the address is taken), so a SIGKILL never leaves a torn or empty reservation
-of ours. Every other file is replaced by rename. Empty reservation files (the Go plugin's, when killed
+of ours. The index is written under a new name before the previous one is removed, and carries its own
+length; ``last_reserved_ip.N`` is rewritten in place, as Go does (torn, it only moves the next search's
+start). Empty reservation files (the Go plugin's, when killed
 between create and write) are reclaimed: we see them only while holding the lock, so no writer is
 mid-way through one.
 """
@@ -52,7 +54,7 @@ from skb.cni.addr import IP
 from skb.cni.errors import CNIError, INVALID_CONFIG, IO_FAILURE
 
 _INDEX = ".skb"
-_MAGIC = b"skb-host-local-index-v3"
+_MAGIC = b"skb-host-local-index-v4"
 _UNTRUSTED = b"-"          # the stamp when the directory's mtime cannot be made unique: always rebuild
 _OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
 _ENTRY_LIMIT = 4096        # a reservation or last_reserved_ip file: "<container id>\r\n<ifname>", an address
@@ -149,6 +151,7 @@ class Store:
         self._removed = set()  # lines to drop at commit
         self._changed = False
         self._stamp = 0        # the mtime stamped in the index as read (for a strictly newer one at commit)
+        self._index_names = set()  # the index files in .skb (the valid one and stale ones), as last listed
         self._lr = {}          # range set index -> last_reserved_ip.<index> content, as last seen
         self._owned = {}       # owner -> [IP], confirmed against the files during this call
 
@@ -299,8 +302,8 @@ class Store:
         return IP.parse(data.decode("ascii", "replace"))  # a trailing newline: unparsable, as in Go
 
     def set_last_reserved(self, index, ip):
-        """Rewritten in place, as Go does (a torn file only makes the next search start at the range's
-        start; the index header, which records the content, is then not trusted). Only a regular file that
+        """Rewritten in place, as Go does (a torn file only changes where the next search starts; the index
+        header, which records the content, is then not trusted). Only a regular file that
         has no other name is rewritten: anything else (a symlink, a hard link planted here, a FIFO) is
         replaced by a new file instead, never written through."""
         data = str(ip).encode()
@@ -321,10 +324,13 @@ class Store:
             st = os.fstat(fd)
             if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
                 return False
-            os.ftruncate(fd, 0)
             view = memoryview(data)
             while view:
                 view = view[os.pwrite(fd, view, len(data) - len(view)):]
+            if st.st_size > len(data):
+                # cut after writing, never to zero first: ext4 flushes a file truncated to zero on close
+                # (its replace-via-truncate guard), which costs more than the whole call's other I/O
+                os.ftruncate(fd, len(data))
             return True
         except OSError:
             return False
@@ -396,28 +402,60 @@ class Store:
         return None
 
     def _write_index(self, body):
-        # The header: the stamp, and what each last_reserved_ip.N held (Go rewrites it on every reservation).
+        """The index goes to a new file (index.<stamp>.<pid>), then the ones it replaces are removed: no
+        file is replaced in place or by rename, which ext4 would flush to disk at once (its
+        replace-via-rename guard: most of a call's I/O time). Killed between the two, two index files
+        remain; the stamp tells which one speaks for the directory, and the next write removes both."""
+        # The header: the stamp, the body's length (a file cut short is not the index), and what each
+        # last_reserved_ip.N held (Go rewrites it on every reservation).
         stamp = self._make_stamp()
         lr = b" ".join(b"%d=%s" % (i, self._lr[i].hex().encode()) for i in sorted(self._lr))
-        header = b"%s %s %s\n" % (_MAGIC, _UNTRUSTED if stamp is None else b"%d" % stamp, lr)
-        self._replace(os.path.join(self.index, "index"), header + body, "write its index")
+        header = b"%s %s %d %s\n" % (_MAGIC, _UNTRUSTED if stamp is None else b"%d" % stamp, len(body), lr)
+        name = f"index.{stamp or 0}.{os.getpid()}"
+        path = os.path.join(self.index, name)
+        self._unlink(path, "write its index")  # (only a killed call of the same pid and stamp leaves one)
+        fd = -1
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            view = memoryview(header + body)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as e:
+            raise self._fail("write its index", e) from None
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        for old in self._index_names - {name}:
+            self._unlink(os.path.join(self.index, old), "remove its previous index")
+        self._index_names = {name}
         self._body, self._added, self._removed, self._changed = body, {}, set(), False
         self._stamp = stamp or 0
 
     def _load_index(self):
+        """Find the index file whose stamp is the directory's mtime (any other one is stale: removed at
+        the next write, as is a previous version's ``index``)."""
         try:
-            data = read_entry(os.path.join(self.index, "index"), None)
-            if not data:
-                return False
-            header, _, body = data.partition(b"\n")
-            magic, stamp, *lr = header.split()
-            if magic != _MAGIC or stamp == _UNTRUSTED or int(stamp) != os.stat(self.dir).st_mtime_ns:
-                return False
-            seen = {}
-            for item in lr:
-                i, _, content = item.partition(b"=")
-                seen[int(i)] = bytes.fromhex(content.decode())
-        except (OSError, ValueError):
+            self._index_names = {n for n in os.listdir(self.index) if n == "index" or n.startswith("index.")}
+            mtime = b"%d" % os.stat(self.dir).st_mtime_ns
+        except OSError:
+            return False
+        for name in sorted(self._index_names, reverse=True):
+            try:
+                data = read_entry(os.path.join(self.index, name), None)
+                if not data:
+                    continue
+                header, _, body = data.partition(b"\n")
+                magic, stamp, length, *lr = header.split()
+                if magic != _MAGIC or stamp != mtime or int(length) != len(body):
+                    continue
+                seen = {}
+                for item in lr:
+                    i, _, content = item.partition(b"=")
+                    seen[int(i)] = bytes.fromhex(content.decode())
+                break
+            except (OSError, ValueError):
+                continue
+        else:
             return False
         for i, content in seen.items():
             if self._read_last_reserved(i) != content:

@@ -742,6 +742,10 @@ def _report_exit_early(conn, chan=None):
 
     def _exit(code):
         if os.getpid() == me:
+            # The caller's stdio goes first (its output is flushed: nothing is buffered past os._exit):
+            # a runtime reading pipes waits for their last writer, and this process's teardown (and its
+            # page report) comes after the launcher is gone, as an exec'd plugin's would be done by then.
+            os.closerange(0, 3)
             try:  # disarm the launcher-death SIGKILL first: the launcher ends as soon as it has read this
                 fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) & ~os.O_ASYNC)
                 conn.send(b"X" + struct.pack("<i", (code & 0xFF) << 8))

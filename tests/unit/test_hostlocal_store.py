@@ -286,3 +286,55 @@ def test_last_reserved_is_never_written_through_a_planted_entry(tmp_path, kind):
     assert victim.read_bytes() == b"precious"
     st = os.lstat(f)
     assert stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and f.read_bytes() == b"10.0.0.7"
+
+
+def _index_files(tmp_path):
+    return sorted(n for n in os.listdir(tmp_path / "net" / ".skb") if n.startswith("index"))
+
+
+def test_one_index_file_remains_and_nothing_in_scratch(tmp_path):
+    for i in range(5):
+        with Store(str(tmp_path), "net") as s:
+            assert s.reserve(ip(f"10.0.0.{i + 2}"), A)
+            s.commit()
+    assert len(_index_files(tmp_path)) == 1
+    assert os.listdir(tmp_path / "net" / ".skb" / "tmp") == []
+
+
+def test_an_index_cut_short_is_not_trusted(tmp_path):
+    """The header says how long the body is: an index that lost its end (a crash while it was written)
+    would hide a reservation from DEL; it is rebuilt from the files instead."""
+    with Store(str(tmp_path), "net") as s:
+        assert s.reserve(ip("10.0.0.2"), A) and s.reserve(ip("10.0.0.3"), B)
+        s.commit()
+    (name,) = _index_files(tmp_path)
+    f = tmp_path / "net" / ".skb" / name
+    st = os.stat(tmp_path / "net")
+    data = f.read_bytes()
+    lines = data.split(b"\n")
+    kept = b"\n".join(line for line in lines if b"ctrB" not in line)
+    assert kept != data
+    f.write_bytes(kept)
+    os.utime(tmp_path / "net", ns=(st.st_atime_ns, st.st_mtime_ns))  # the stamp still matches
+    with Store(str(tmp_path), "net") as s:
+        assert s.owned(B) == [ip("10.0.0.3")]
+
+
+def test_a_stale_second_index_is_ignored_then_removed(tmp_path):
+    """Killed between writing the new index and removing the old one: the one whose stamp is the
+    directory's mtime is used, and the next write leaves only its own."""
+    with Store(str(tmp_path), "net") as s:
+        assert s.reserve(ip("10.0.0.2"), A)
+        s.commit()
+    (old,) = _index_files(tmp_path)
+    stale = (tmp_path / "net" / ".skb" / old).read_bytes()
+    with Store(str(tmp_path), "net") as s:
+        s.release(ip("10.0.0.2"), A)
+        assert s.reserve(ip("10.0.0.4"), B)
+        s.commit()
+    (tmp_path / "net" / ".skb" / "index.1.1").write_bytes(stale)   # the earlier index, back under a name
+    with Store(str(tmp_path), "net") as s:
+        assert s.owned(A) == [] and s.owned(B) == [ip("10.0.0.4")]
+        assert s.reserve(ip("10.0.0.5"), A)
+        s.commit()
+    assert len(_index_files(tmp_path)) == 1
