@@ -56,6 +56,7 @@ PR_SET_PDEATHSIG, PR_SET_NAME, PR_GET_SECUREBITS, PR_GET_TIMERSLACK = 1, 15, 27,
 F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
 MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in writable now (copy-on-write broken ahead of use)
 PREFAULT_STEP = 32      # pages a spare faults in between two looks for a waiting call (~50 us)
+PREPARE_AFTER_MS = 3    # a spare prepares itself after this long without a call
 HOT_MAX = 2048          # pages a spare faults in ahead of its call, at most (8 MB: 2x a Go plugin's RSS)
 LEARN_FIRST, LEARN_EVERY = 8, 64  # which calls report the pages they wrote: the first ones, then every 64th
 PM_PRESENT, PM_EXCLUSIVE = 1 << 63, 1 << 56  # /proc/self/pagemap: the page is there and mapped only here
@@ -475,9 +476,16 @@ class Server:
         def body():
             ours.close()
             os.close(started_r)
-            self.adopt(self.rehearsal, rehearse=True)
-            self.applied = self.rehearsal
-            self.prefault(theirs)
+            # Its preparation waits until calls have been quiet for a moment: right after one, another
+            # often follows (a DEL after an ADD, a burst), and this work would compete with it (on 2 CPUs,
+            # and through the kernel's grace periods that deleting a link waits for). A call that comes
+            # first is taken at once, unprepared.
+            p = select.poll()
+            p.register(theirs, select.POLLIN)
+            if not p.poll(PREPARE_AFTER_MS):
+                self.adopt(self.rehearsal, rehearse=True)
+                self.applied = self.rehearsal
+                self.prefault(theirs)
             data, fds, flags, _ = socket.recv_fds(theirs, 1 << 20, NFDS + 1, socket.MSG_CMSG_CLOEXEC)
             if not data or len(fds) != NFDS + 1 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                 return
