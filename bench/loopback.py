@@ -34,7 +34,6 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tests.helpers import in_sandbox  # noqa: E402 (the sandbox check, defined once)
 from bench import warmstart  # noqa: E402
 PY = "/usr/bin/python3"  # Debian's interpreter, never a version-manager shim
 GO_DEFAULT = "/usr/lib/cni"
@@ -121,11 +120,7 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args(argv)
 
-    if not in_sandbox():
-        if os.environ.get("SKB_SANDBOX_INNER"):
-            sys.exit("bench: inside tests/sandbox but its netns cannot be told from the machine's: refusing")
-        sandbox = os.path.join(ROOT, "tests", "sandbox")
-        os.execv(sandbox, [sandbox, PY, os.path.abspath(__file__)] + (argv if argv is not None else sys.argv[1:]))
+    warmstart.enter_sandbox(__file__, argv, PY)
 
     tmp = tempfile.mkdtemp(prefix="skb-bench.")
     try:

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tests.helpers import in_sandbox  # noqa: E402 (the sandbox check, defined once)
+from bench import warmstart  # noqa: E402 (the benches' shared helpers)
 GO_DIR = "/usr/lib/cni"
 PLUGINS = ("ptp", "host-local", "loopback")
 NETWORK, SUBNET = "pods", "10.88.0.0/16"
@@ -268,12 +268,7 @@ def main(argv=None):
     ap.add_argument("--attribution", type=int, default=20, help="pods of the CNI-share pass (0: skip)")
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args(argv)
-    if not in_sandbox():
-        if os.environ.get("SKB_SANDBOX_INNER"):
-            sys.exit("bench: inside tests/sandbox but its netns cannot be told from the machine's: refusing")
-        sandbox = os.path.join(ROOT, "tests", "sandbox")
-        os.execv(sandbox, [sandbox, sys.executable, os.path.abspath(__file__)] +
-                 (argv if argv is not None else sys.argv[1:]))
+    warmstart.enter_sandbox(__file__, argv)
 
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     missing = [t for t in ("containerd", "containerd-shim-runc-v2", "runc", "catatonit", "unshare", "nsenter")

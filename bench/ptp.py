@@ -28,7 +28,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tests.helpers import in_sandbox  # noqa: E402 (the sandbox check, defined once)
 from bench import warmstart  # noqa: E402
 GO_DIR = "/usr/lib/cni"
 TARGET = 1.0
@@ -156,10 +155,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5, help="concurrent rounds (default %(default)s)")
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args(argv)
-    if not in_sandbox():
-        sandbox = os.path.join(ROOT, "tests", "sandbox")
-        os.execv(sandbox, [sandbox, sys.executable, os.path.abspath(__file__)] +
-                 (argv if argv is not None else sys.argv[1:]))
+    warmstart.enter_sandbox(__file__, argv)
     tmp = tempfile.mkdtemp(prefix="skb-bench-ptp.")
     try:
         return bench(args, tmp)

@@ -9,7 +9,22 @@ import subprocess
 import sys
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tests.helpers import in_sandbox  # noqa: E402 (the sandbox check, defined once)
+
 COLD_ENV = {"SKB_WARM": "0"}  # the documented opt-out: the same install, every call by exec
+
+
+def enter_sandbox(script, argv=None, python=sys.executable):
+    """Unless already inside tests/sandbox, run ``script`` again there (with ``python`` and the same
+    arguments): a bench never touches this machine's network."""
+    if in_sandbox():
+        return
+    if os.environ.get("SKB_SANDBOX_INNER"):
+        sys.exit("bench: inside tests/sandbox but its netns cannot be told from the machine's: refusing")
+    sandbox = os.path.join(ROOT, "tests", "sandbox")
+    os.execv(sandbox, [sandbox, python, os.path.abspath(script)] + (argv if argv is not None else sys.argv[1:]))
 
 
 def servers(bin_dir):
