@@ -9,14 +9,14 @@ The Go plugin's layout, kept exactly so a node can switch between the two in eit
 What we add, invisible to the Go plugin (it skips the hidden directory's names, none of which is an IP,
 and none of its files holds "<id>\\r\\n<ifname>", so its DEL never deletes them):
 
-    <dataDir>/<network>/.skb/index   "<id>\t<ifname>\t<ip>" per reservation, under a header holding the
-                                     network directory's mtime when the index was last right
+    <dataDir>/<network>/.skb/index.<stamp>.<pid>   "<id>\t<ifname>\t<ip>" per reservation, under a header
+                                     holding the network directory's mtime when the index was last right
     <dataDir>/<network>/.skb/tmp/    reservation files are written here, then link()ed
 
 Why: finding an attachment's addresses (for DEL, and for an ADD that must return an existing
 reservation) means reading every reservation file in the Go layout: ~1 s per ADD with 60,000 of them.
-The index is one file searched with ``bytes.find`` (about a millisecond at that size) and rewritten by
-rename when it changes. It is a cache, never the truth: each address it names is checked against its
+The index is one file searched with ``bytes.find`` (about a millisecond at that size), written under a
+new name when it changes (see ``_write_index``). It is a cache, never the truth: each address it names is checked against its
 reservation file, and when the network directory changed behind our back (the Go plugin ran, an operator
 deleted a file, or we were killed mid-way) the header no longer matches and the index is rebuilt from a
 full scan. The index never decides alone:
@@ -146,6 +146,7 @@ class Store:
         self.dir = os.path.join(data_dir, network)
         self.index = os.path.join(self.dir, _INDEX)
         self._lock_fd = -1
+        self._dev = None
         self._body = b""       # the index's lines, as read (or rebuilt)
         self._added = {}       # lines to append at commit (a dict: ordered, O(1) membership)
         self._removed = set()  # lines to drop at commit
@@ -168,8 +169,10 @@ class Store:
                 e.errno, e.strerror = errno.ENOTDIR, "it exists and is not a directory"
                 raise
             self._lock_fd = os.open(os.path.join(self.dir, "lock"), _OPEN | os.O_CREAT, 0o600)
-            if not _stat.S_ISREG(os.fstat(self._lock_fd).st_mode):
+            st = os.fstat(self._lock_fd)
+            if not _stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EINVAL, "its lock file is not a regular file")
+            self._dev = st.st_dev   # the network directory's filesystem (the lock file lives in it)
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             os.makedirs(os.path.join(self.index, "tmp"), 0o700, exist_ok=True)
             self._clear_tmp()
@@ -313,21 +316,30 @@ class Store:
         self._lr[index] = data
         self._changed = True
 
-    @staticmethod
-    def _rewrite(path, data):
-        """Overwrite an existing regular, singly linked file with ``data``; False when it is not one."""
+    def _rewrite(self, path, data):
+        """Overwrite an existing regular, singly linked file of the network directory's own filesystem
+        with ``data``; False when it is not one (then it is replaced). lstat() decides before anything is
+        opened, so a device node, a FIFO or a mount point planted under the name is never opened for
+        writing, and the file opened must be the one looked at (same device and inode)."""
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_dev != self._dev:
+            return False
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError:
             return False
         try:
-            st = os.fstat(fd)
-            if not _stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not _stat.S_ISREG(now.st_mode) \
+                    or now.st_nlink != 1:
                 return False
             view = memoryview(data)
             while view:
                 view = view[os.pwrite(fd, view, len(data) - len(view)):]
-            if st.st_size > len(data):
+            if now.st_size > len(data):
                 # cut after writing, never to zero first: ext4 flushes a file truncated to zero on close
                 # (its replace-via-truncate guard), which costs more than the whole call's other I/O
                 os.ftruncate(fd, len(data))
@@ -421,12 +433,20 @@ class Store:
             while view:
                 view = view[os.write(fd, view):]
         except OSError as e:
+            if fd >= 0:   # a partial file must not stay (it is never trusted, but it takes space)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
             raise self._fail("write its index", e) from None
         finally:
             if fd >= 0:
                 os.close(fd)
         for old in self._index_names - {name}:
-            self._unlink(os.path.join(self.index, old), "remove its previous index")
+            try:   # a stale index that cannot be removed is only untidy: never trusted, retried next write
+                os.unlink(os.path.join(self.index, old))
+            except OSError:
+                pass
         self._index_names = {name}
         self._body, self._added, self._removed, self._changed = body, {}, set(), False
         self._stamp = stamp or 0
@@ -439,7 +459,8 @@ class Store:
             mtime = b"%d" % os.stat(self.dir).st_mtime_ns
         except OSError:
             return False
-        for name in sorted(self._index_names, reverse=True):
+        want = "index.%s." % mtime.decode()   # only an index written with the directory's stamp can be right
+        for name in sorted(n for n in self._index_names if n.startswith(want)):
             try:
                 data = read_entry(os.path.join(self.index, name), None)
                 if not data:
@@ -480,7 +501,7 @@ class Store:
         for entry in entries:
             if entry.name.startswith("last_reserved_ip."):
                 i = entry.name[len("last_reserved_ip."):]
-                if i.isdigit():
+                if i.isascii() and i.isdigit():
                     data = self._read_last_reserved(int(i))
                     if data is not None:
                         self._lr[int(i)] = data

@@ -265,7 +265,7 @@ def test_last_reserved_is_rewritten_in_place_as_go_does(tmp_path):
     assert f.read_bytes() == b"10.0.0.3" and os.stat(f).st_ino == before
 
 
-@pytest.mark.parametrize("kind", ["hardlink", "symlink", "fifo"])
+@pytest.mark.parametrize("kind", ["hardlink", "symlink", "fifo", "chardev"])
 def test_last_reserved_is_never_written_through_a_planted_entry(tmp_path, kind):
     """A hard link or symlink to another file, or a FIFO, under the name: that other file keeps its
     content (nothing hangs), and the name becomes a regular file of our own holding the address."""
@@ -278,8 +278,10 @@ def test_last_reserved_is_never_written_through_a_planted_entry(tmp_path, kind):
         os.link(victim, f)
     elif kind == "symlink":
         os.symlink(victim, f)
-    else:
+    elif kind == "fifo":
         os.mkfifo(f)
+    else:   # a device node (here a harmless one: /dev/null's numbers)
+        os.mknod(f, stat.S_IFCHR | 0o600, os.makedev(1, 3))
     with Store(str(tmp_path), "net") as s:
         s.set_last_reserved(0, ip("10.0.0.7"))
         s.commit()
@@ -332,9 +334,87 @@ def test_a_stale_second_index_is_ignored_then_removed(tmp_path):
         s.release(ip("10.0.0.2"), A)
         assert s.reserve(ip("10.0.0.4"), B)
         s.commit()
-    (tmp_path / "net" / ".skb" / "index.1.1").write_bytes(stale)   # the earlier index, back under a name
+    # the earlier index, back under a name that carries the directory's current stamp and sorts first: its
+    # header (an older stamp) is what rules it out
+    mtime = os.stat(tmp_path / "net").st_mtime_ns
+    (tmp_path / "net" / ".skb" / f"index.{mtime}.0").write_bytes(stale)
+    st = os.stat(tmp_path / "net")
+    os.utime(tmp_path / "net", ns=(st.st_atime_ns, mtime))
     with Store(str(tmp_path), "net") as s:
         assert s.owned(A) == [] and s.owned(B) == [ip("10.0.0.4")]
         assert s.reserve(ip("10.0.0.5"), A)
         s.commit()
     assert len(_index_files(tmp_path)) == 1
+
+
+def test_last_reserved_shorter_address_is_cut_to_length(tmp_path):
+    """A shorter address rewritten over a longer one: the file holds exactly the new one (what Go reads
+    back), in the same inode."""
+    with Store(str(tmp_path), "net") as s:
+        s.set_last_reserved(0, ip("10.0.0.100"))
+        s.commit()
+    f = tmp_path / "net" / "last_reserved_ip.0"
+    before = os.stat(f).st_ino
+    with Store(str(tmp_path), "net") as s:
+        assert s.last_reserved(0) == ip("10.0.0.100")
+        s.set_last_reserved(0, ip("10.0.0.99"))
+        s.commit()
+    assert f.read_bytes() == b"10.0.0.99" and os.stat(f).st_ino == before
+    with Store(str(tmp_path), "net") as s:
+        assert s.last_reserved(0) == ip("10.0.0.99")
+
+
+def test_a_previous_versions_index_is_ignored_then_removed(tmp_path):
+    """An index left by an earlier release (.skb/index, another format) that would claim a reservation
+    for A: never read; the next write removes it."""
+    with Store(str(tmp_path), "net") as s:
+        assert s.reserve(ip("10.0.0.2"), B)
+        s.commit()
+    d = tmp_path / "net"
+    st = os.stat(d)
+    (d / ".skb" / "index").write_bytes(b"skb-host-local-index-v3 %d\nctrA\teth0\t10.0.0.2\n" % st.st_mtime_ns)
+    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with Store(str(tmp_path), "net") as s:
+        assert s.owned(A) == [] and s.owned(B) == [ip("10.0.0.2")]
+        assert s.reserve(ip("10.0.0.3"), A)
+        s.commit()
+    assert "index" not in os.listdir(d / ".skb") and len(_index_files(tmp_path)) == 1
+
+
+def test_odd_last_reserved_names_are_left_alone(tmp_path):
+    """Names like last_reserved_ip.N whose N is not plain ASCII digits ("²" is a digit to str.isdigit)
+    are not range sets: the rebuild's scan skips them instead of failing."""
+    d = tmp_path / "net"
+    d.mkdir()
+    (d / "last_reserved_ip.\u00b2").write_bytes(b"10.0.0.9")
+    (d / "last_reserved_ip.\u0663").write_bytes(b"10.0.0.9")
+    (d / "10.0.0.4").write_bytes(b"ctrA\r\neth0")
+    with Store(str(tmp_path), "net") as s:
+        assert s.owned(A) == [ip("10.0.0.4")]
+        assert s.reserve(ip("10.0.0.5"), B)
+        s.commit()
+
+
+def test_a_failed_index_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    """The disk fills while the index is written: the call fails with the cause, and no part-written
+    index file remains (only the complete previous one)."""
+    import errno
+
+    from skb.cni.errors import CNIError
+    with Store(str(tmp_path), "net") as s:
+        assert s.reserve(ip("10.0.0.2"), A)
+        s.commit()
+    before = _index_files(tmp_path)
+    real_write = os.write
+
+    def full(fd, data):
+        real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with Store(str(tmp_path), "net") as s:
+        assert s.reserve(ip("10.0.0.3"), B)
+        monkeypatch.setattr(os, "write", full)
+        with pytest.raises(CNIError) as e:
+            s.commit()
+        monkeypatch.setattr(os, "write", real_write)
+    assert "No space left" in e.value.msg
+    assert _index_files(tmp_path) == before
