@@ -174,6 +174,9 @@ class Server:
         self.hot = set()        # page numbers that calls' children wrote (see make_spare)
         self.hot_runs = ()      # the same as (first page, count) runs
         self.spares_lost = 0
+        self.spares_made = 0
+        self.spare_learns = False  # the spare reports its call's pages (and so does not prefault)
+        self.gone = set()       # pidfds closed while handling the current batch of events (see serve)
         self.child_rss = []     # (ru_maxrss KB, faulted-in KB, hand-off ms, accept-to-exit ms), last 64
         self.stopping = None
         self.log_fd = -1
@@ -264,7 +267,10 @@ class Server:
                 events = sel.poll(timeout)
             except InterruptedError:
                 events = []
+            self.gone = set()
             for fd, _ in events:
+                if fd in self.gone:  # closed (and its number maybe reused) by an earlier event's handling
+                    continue
                 if fd == self.sock.fileno():
                     self.accept()
                 else:
@@ -275,7 +281,7 @@ class Server:
         self.log(f"stopped: {self.stopping}; served {self.served}, refused {self.refused}")
 
     def stop(self, why):
-        if self.stopping:
+        if self.stopping or os.getpid() != self.pid:  # (never in a child: the server's state is not its own)
             return
         self.stopping = why
         if self.spare:  # it sees its channel close and ends
@@ -448,9 +454,18 @@ class Server:
 
     def _spawn(self, body):
         """Fork a child that runs body() and never returns; (pid, pidfd) watched, or None."""
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:  # EAGAIN, ENOMEM: no child, and the call goes by exec
+            self.log(f"fork failed: {e}")
+            return None
         if pid == 0:
             try:
+                # The server's own handlers (they would stop the server from the child) go first; adopt()
+                # then sets every disposition the call asks for.
+                _signal.signal(signal.SIGTERM, _signal.SIG_DFL)
+                _signal.signal(signal.SIGINT, _signal.default_int_handler)
+                _signal.signal(signal.SIGHUP, _signal.SIG_DFL)
                 if self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == self.pid:
                     body()
             finally:
@@ -470,8 +485,22 @@ class Server:
         checked, and does exactly what a child forked for that call would."""
         if not PREFORK or self.spare or self.stopping:
             return
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as e:  # EMFILE, ENFILE: no spare; calls get a child forked for them
+            self.log(f"no spare: {e}")
+            return
+        try:
+            started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as e:
+            self.log(f"no spare: {e}")
+            ours.close()
+            theirs.close()
+            return
+        # Some spares report the pages their call wrote (see prefault): those do not prefault, so that
+        # what they report is what a call writes, not what an earlier report told them to fault in.
+        self.spares_made += 1
+        learn = self.spares_made <= LEARN_FIRST or self.spares_made % LEARN_EVERY == 0
 
         def body():
             ours.close()
@@ -485,12 +514,12 @@ class Server:
             if not p.poll(PREPARE_AFTER_MS):
                 self.adopt(self.rehearsal, rehearse=True)
                 self.applied = self.rehearsal
-                self.prefault(theirs)
+                if not learn:
+                    self.prefault(theirs)
             data, fds, flags, _ = socket.recv_fds(theirs, 1 << 20, NFDS + 1, socket.MSG_CMSG_CLOEXEC)
             if not data or len(fds) != NFDS + 1 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                 return
             conn = socket.socket(fileno=fds[-1])
-            learn = (self.served < LEARN_FIRST or self.served % LEARN_EVERY == 0)
             self.child(conn, parse_request(data), fds[:-1], started_w, theirs if learn else None)
 
         made = self._spawn(body)
@@ -498,6 +527,7 @@ class Server:
         os.close(started_w)
         if made:
             self.spare = (made[0], made[1], ours, started_r)
+            self.spare_learns = learn
         else:
             ours.close()
             os.close(started_r)
@@ -508,10 +538,12 @@ class Server:
         ~300 of them in a call otherwise. The total work is the same (the child would copy those pages
         anyway), but it is done before the call. Pages no longer mapped writable are skipped by the kernel
         (madvise fails for them), and without MADV_POPULATE_WRITE (Linux < 5.14) nothing is done. A call
-        that arrives meanwhile is not kept waiting: the spare stops and takes it."""
+        that arrives meanwhile is not kept waiting: the spare stops and takes it. Only pages inside this
+        process's own private writable mappings (as /proc/self/maps lists them now) are touched: what the
+        server has since unmapped, or mapped again shared or read-only, is left alone."""
         p = select.poll()
         p.register(chan, select.POLLIN)
-        for first, count in self.hot_runs:
+        for first, count in _within(self.hot_runs, _private_writable()):
             for at in range(first, first + count, PREFAULT_STEP):
                 self.libc.populate_write(at << PAGE_SHIFT, min(PREFAULT_STEP, first + count - at) << PAGE_SHIFT)
                 if p.poll(0):
@@ -559,6 +591,7 @@ class Server:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 self.sel.unregister(pidfd)
+                self.gone.add(pidfd)
                 os.close(pidfd)
                 os.close(started)
                 chan.close()
@@ -581,6 +614,7 @@ class Server:
 
     def reap(self, pidfd):
         self.sel.unregister(pidfd)
+        self.gone.add(pidfd)
         if self.spare and self.spare[1] == pidfd:  # a spare that ended before getting a call
             os.waitpid(self.spare[0], 0)
             self.spare[2].close()
@@ -588,6 +622,9 @@ class Server:
             self.spare = None
             os.close(pidfd)
             self.spares_lost += 1
+            return
+        if pidfd not in self.children:  # cannot happen: never let it take the server down
+            self.log(f"an event for fd {pidfd}, which is no child's")
             return
         pid, conn, t0, tfork, started, chan = self.children.pop(pidfd)
         os.close(pidfd)
@@ -632,7 +669,8 @@ class Server:
                 "served": self.served, "refused": self.refused, "children": len(self.children),
                 "childPids": sorted(c[0] for c in self.children.values()),
                 "peakChildren": self.peak_children, "prefork": PREFORK, "sparesLost": self.spares_lost,
-                "sparePid": self.spare[0] if self.spare else None, "prefaultPages": len(self.hot),
+                "sparePid": self.spare[0] if self.spare else None, "spareLearns": bool(self.spare and self.spare_learns),
+                "sparesMade": self.spares_made, "prefaultPages": len(self.hot),
                 "maxChildren": MAX_CHILDREN, "rssKB": _rss_kb(),
                 "childMaxRssKB": median(0), "childFaultedKB": median(1), "acceptToForkMs": median(2),
                 "acceptToExitMs": median(3), "stopping": self.stopping}
@@ -749,46 +787,71 @@ def _report_exit_early(conn, chan=None):
     real_exit, me, c = os._exit, os.getpid(), conn.fileno()
 
     def _exit(code):
-        if os.getpid() == me:
-            # The caller's stdio goes first (its output is flushed: nothing is buffered past os._exit):
-            # a runtime reading pipes waits for their last writer, and this process's teardown (and its
-            # page report) comes after the launcher is gone, as an exec'd plugin's would be done by then.
-            os.closerange(0, 3)
-            try:  # disarm the launcher-death SIGKILL first: the launcher ends as soon as it has read this
-                fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) & ~os.O_ASYNC)
-                conn.send(b"X" + struct.pack("<i", (code & 0xFF) << 8))
-            except (OSError, TypeError):
-                pass
-            if chan:
-                try:
-                    chan.send(_written_pages())
-                except (OSError, ValueError):
+        try:
+            if os.getpid() == me:
+                # The caller's stdio goes first (its output is flushed: nothing is buffered past os._exit):
+                # a runtime reading pipes waits for their last writer, and this process's teardown (and its
+                # page report) comes after the launcher is gone, as an exec'd plugin's would be done by then.
+                os.closerange(0, 3)
+                try:  # disarm the launcher-death SIGKILL first: the launcher ends as soon as it has read this
+                    fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) & ~os.O_ASYNC)
+                    conn.send(b"X" + struct.pack("<i", (code & 0xFF) << 8))
+                except (OSError, TypeError):
                     pass
-        real_exit(code)
+                if chan:
+                    chan.send(_written_pages())
+        except BaseException:  # (a report is never worth more than the exit itself)
+            pass
+        finally:
+            real_exit(code)
     os._exit = _exit
+
+
+def _private_writable():
+    """(first page, end page) of this process's private writable mappings, but the kernel's own ([vsyscall],
+    [vvar], [vdso]), in address order, from /proc/self/maps."""
+    out = []
+    with open("/proc/self/maps", "rb") as f:
+        for line in f.read().splitlines():
+            f = line.split()
+            if len(f) < 5 or f[1][1:2] != b"w" or f[1][3:4] != b"p" or (len(f) > 5 and f[5].startswith(b"[v")):
+                continue
+            out.append(tuple(int(x, 16) >> PAGE_SHIFT for x in f[0].split(b"-")))
+    return out
+
+
+def _within(runs, ranges):
+    """The parts of the (first, count) page runs that lie inside the (first, end) ranges; both sorted."""
+    out, i = [], 0
+    for first, count in runs:
+        end = first + count
+        while i < len(ranges) and ranges[i][1] <= first:
+            i += 1
+        j = i
+        while j < len(ranges) and ranges[j][0] < end:
+            lo, hi = max(first, ranges[j][0]), min(end, ranges[j][1])
+            if lo < hi:
+                out.append((lo, hi - lo))
+            j += 1
+    return out
 
 
 def _written_pages():
     """Page numbers of this process's private writable memory that only it maps (written since the fork,
-    or new), packed: what /proc/self/pagemap says (present and exclusively mapped)."""
+    or new), packed: what /proc/self/pagemap says (present and exclusively mapped). Nothing when there are
+    more than HOT_MAX of them: such a call is not one to prepare the next ones for."""
     out = []
-    with open("/proc/self/maps", "rb") as f:
-        maps = f.read().splitlines()
     fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
     try:
         want = PM_PRESENT | PM_EXCLUSIVE
-        for line in maps:
-            f = line.split()
-            if len(f) < 5 or f[1][1:2] != b"w" or f[1][3:4] != b"p" or (len(f) > 5 and f[5].startswith(b"[v")):
-                continue
-            lo, hi = (int(x, 16) >> PAGE_SHIFT for x in f[0].split(b"-"))
+        for lo, hi in _private_writable():
             data = os.pread(fd, (hi - lo) * 8, lo * 8)
             out += [lo + i for i, v in enumerate(memoryview(data).cast("Q")) if v & want == want]
             if len(out) > HOT_MAX:
-                break
+                return b""
     finally:
         os.close(fd)
-    return struct.pack(f"<{len(out[:HOT_MAX])}Q", *out[:HOT_MAX])
+    return struct.pack(f"<{len(out)}Q", *out)
 
 
 def _fresh_stdio():
