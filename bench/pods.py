@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -70,6 +71,7 @@ int main(int argc, char **argv) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     pid_t p = fork();
+    if (p < 0) return 127;
     if (p == 0) { execv(real, argv); _exit(127); }
     int st = 0;
     while (p > 0 && waitpid(p, &st, 0) < 0) {}
@@ -78,6 +80,8 @@ int main(int argc, char **argv) {
     char line[512];
     int n = snprintf(line, sizeof line, "%s %s %s %lld %lld\n", name, cmd ? cmd : "-", cid ? cid : "-",
                      (long long)a.tv_sec * 1000000000LL + a.tv_nsec, (long long)b.tv_sec * 1000000000LL + b.tv_nsec);
+    if (n < 0) n = 0;
+    if (n >= (int)sizeof line) n = sizeof line - 1;
     int fd = open(LOG, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd >= 0) { if (write(fd, line, n) < 0) {} close(fd); }
     if (WIFSIGNALED(st)) { signal(WTERMSIG(st), SIG_DFL); kill(getpid(), WTERMSIG(st)); }
@@ -182,8 +186,15 @@ class Machine:
         pods = self.cri.list_pods()
         if pods:
             left["pods"] = [p.id[:12] for p in pods]
-        ps = self.sb.run(["ps", "-e", "-o", "comm="]).stdout.split()
-        extra = sorted(p for p in ps if p not in EXPECTED_PROCESSES)
+        # A plugin process (a warm child after its answer, a shim) may still be on its way out: a process
+        # is a leftover only if it is still there after a grace period.
+        deadline = time.monotonic() + 5
+        while True:
+            ps = self.sb.run(["ps", "-e", "-o", "comm="]).stdout.split()
+            extra = sorted(p for p in ps if p not in EXPECTED_PROCESSES)
+            if not extra or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         if extra:
             left["processes"] = extra
         return left
@@ -381,5 +392,12 @@ def report(out, levels, took):
     print(f"bench took {took:.0f} s")
 
 
+def _terminated(signum, frame):
+    # SIGTERM (a test's timeout, a CI job cancelled): unwind, so that every machine is stopped and its
+    # cgroups removed by the finally blocks, instead of leaving sandboxes behind
+    raise SystemExit(f"bench: stopped by signal {signum}")
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminated)
     sys.exit(main())

@@ -3,6 +3,7 @@ the figures it reports, and its own leftover check passing. The numbers themselv
 (benchmarks are measured by `make bench`, never asserted)."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -18,10 +19,22 @@ def test_pods_bench_runs_and_leaves_nothing(suite_dir, tmp_path):
     require("containerd", "runc", "containerd-shim-runc-v2", "catatonit")
     pytest.importorskip("cri_api", reason="the CRI stubs come from PyPI's container-runtime-interface-api")
     out = tmp_path / "pods.json"
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "pods.py"), "--bin-dir", suite_dir, "-n", "4",
-                        "--concurrency", "1,2", "--attribution", "2", "--json", str(out)],
-                       capture_output=True, text=True, timeout=50)
-    assert p.returncode == 0, p.stdout + p.stderr
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "pods.py"), "--bin-dir", suite_dir, "-n", "4",
+           "--concurrency", "1,2", "--attribution", "2", "--json", str(out)]
+    # Its own session; on a timeout it gets SIGTERM first, so that it stops its sandboxed containerds and
+    # removes their cgroups (a SIGKILL would leave them), and only then is its group killed.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        try:
+            output, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            output, _ = p.communicate()
+        pytest.fail(f"bench/pods.py did not finish in 300 s:\n{output}")
+    assert p.returncode == 0, output
     data = json.loads(out.read_text())
     assert data["failures"] == [] and data["leftovers"] == {}
     for conc in ("1", "2"):
