@@ -47,6 +47,7 @@ def command(opts):
               f"(cap {s['maxChildren']}); idle {s['idleSeconds']} s\n"
               f"  server RSS {s['rssKB']} KB; per call (median of the last 64): child peak RSS {s['childMaxRssKB']} KB, "
               f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit\n"
-              f"  spare child: {'pid ' + str(s['sparePid']) if s.get('sparePid') else 'none now'}, faulting in "
-              f"{s.get('prefaultPages', 0)} pages ahead of its call")
+              f"  spare child: {'pid ' + str(s['sparePid']) if s.get('sparePid') else 'none now'}, "
+              + (f"learning (reports the pages its call writes; {s.get('prefaultPages', 0)} learnt so far)"
+                 if s.get("spareLearns") else f"faulting in {s.get('prefaultPages', 0)} learnt pages ahead of its call"))
     return 0
