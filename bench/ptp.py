@@ -19,6 +19,7 @@ Spread: p25-p75 of the sequential samples, min-max of the concurrent rounds.
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -70,9 +71,13 @@ class Variant:
                 **self.extra_env}
 
     def call(self, command, cid, netns, out):
+        """(wall seconds, exit code, CPU seconds of the processes this bench waited for)."""
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         rc = wait(spawn(self.exe, self.env(command, cid, netns), self.conf, out))
-        return time.perf_counter() - t0, rc
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, rc, (after.ru_utime + after.ru_stime) - (ru.ru_utime + ru.ru_stime)
 
     def fail(self, what, out):
         with open(out) as f:
@@ -88,18 +93,24 @@ def netns_links(ns):
     return [line.split(":")[1].strip() for line in out.splitlines()]
 
 
-def sequential(variants, n, warmup):
-    samples = {v.name: {"ADD": [], "DEL": [], "ADD+DEL": []} for v in variants}
+def sequential(variants, n, warmup, bin_dir):
+    """Wall times, and CPU time per ADD+DEL: of the processes the bench waits for (Go's ptp and the
+    host-local it execs; our launcher, or our whole cold call), plus, for warm calls, the server's own
+    CPU and its reaped children's (the calls, and the spares' preparation) over the measured rounds."""
+    samples = {v.name: {"ADD": [], "DEL": [], "ADD+DEL": [], "cpu": []} for v in variants}
     for v in variants:
         sh("ip", "netns", "add", f"bs-{v.name}")
+    server0 = None
     for rnd in range(warmup + n):
+        if rnd == warmup:
+            server0 = _server_cpu(bin_dir)
         k = rnd % len(variants)
         for v in variants[k:] + variants[:k]:
             ns, out, cid = f"bs-{v.name}", os.path.join(v.dir, "out"), f"seq{rnd}"
-            ta, rc = v.call("ADD", cid, ns, out)
+            ta, rc, ca = v.call("ADD", cid, ns, out)
             if rc != 0:
                 v.fail("ADD", out)
-            td, rc = v.call("DEL", cid, ns, out)
+            td, rc, cd = v.call("DEL", cid, ns, out)
             if rc != 0 or netns_links(ns) != ["lo"]:
                 v.fail("DEL", out)
             if rnd >= warmup:
@@ -107,9 +118,25 @@ def sequential(variants, n, warmup):
                 s["ADD"].append(ta * 1e3)
                 s["DEL"].append(td * 1e3)
                 s["ADD+DEL"].append((ta + td) * 1e3)
+                s["cpu"].append((ca + cd) * 1e3)
+    server1 = _server_cpu(bin_dir, settle=True)
+    samples["server_cpu_per_round"] = (server1 - server0) / n if server0 is not None and server1 is not None else None
     for v in variants:
         subprocess.run(["ip", "netns", "del", f"bs-{v.name}"], check=False)
     return samples
+
+
+def _server_cpu(bin_dir, settle=False):
+    """CPU ms of the warm server and its reaped children (None: no server). settle: first wait until
+    no call's child is left to reap (a child answers before it ends)."""
+    deadline = time.monotonic() + 5
+    while True:
+        found = [s for s in warmstart.servers(bin_dir) if "cpuSelfMs" in s]
+        if not found:
+            return None
+        if not settle or all(s["children"] == 0 for s in found) or time.monotonic() > deadline:
+            return sum(s["cpuSelfMs"] + s["cpuChildrenMs"] for s in found)
+        time.sleep(0.05)
 
 
 def concurrent(variants, count, rounds):
@@ -182,7 +209,7 @@ def bench(args, tmp):
     mode += f"; warm-start server {'pid ' + str(server['pid']) if server else 'none'}"
     print(f"ptp + host-local, cniVersion 1.0.0, IPv4; ours = {bin_dir}/ptp ({mode}); go = {args.go_dir}/ptp")
 
-    seq = sequential(variants, args.n, args.warmup)
+    seq = sequential(variants, args.n, args.warmup, bin_dir)
     print(f"\nsequential: n={args.n} after {args.warmup} warm-up rounds, interleaved; medians in ms")
     print(f"{'':8}{'ADD':>22}{'DEL':>22}{'ADD+DEL (p25-p75)':>24}")
     for v in variants:
@@ -194,6 +221,17 @@ def bench(args, tmp):
         ratios[name] = {k: statistics.median(seq[name][k]) / statistics.median(seq["go"][k]) for k in ("ADD", "DEL", "ADD+DEL")}
         r = ratios[name]
         print(f"{name + '/go':8}{r['ADD']:21.2f}x{r['DEL']:21.2f}x{r['ADD+DEL']:23.2f}x")
+    cpu = {v.name: statistics.median(seq[v.name]["cpu"]) for v in variants}
+    if seq["server_cpu_per_round"] is not None:
+        launcher = cpu["warm"]
+        cpu["warm"] += seq["server_cpu_per_round"]
+        how = f"warm = launcher {launcher:.2f} + server and its children {seq['server_cpu_per_round']:.2f} (mean)"
+    else:
+        how = "no warm server: warm is the launcher's only"
+    print(f"CPU per ADD+DEL (user + system, ms; median of the processes waited for): warm {cpu['warm']:.2f}, "
+          f"cold {cpu['cold']:.2f}, go {cpu['go']:.2f}; warm/go {cpu['warm'] / cpu['go']:.2f}x, "
+          f"cold/go {cpu['cold'] / cpu['go']:.2f}x ({how})")
+    ratios["cpu"] = cpu
 
     walls, failures = concurrent(variants, args.concurrent, args.rounds)
     print(f"\nconcurrent: {args.concurrent} ADDs at once, then {args.concurrent} DELs at once; "

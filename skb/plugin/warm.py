@@ -673,7 +673,9 @@ class Server:
                 "sparesMade": self.spares_made, "prefaultPages": len(self.hot),
                 "maxChildren": MAX_CHILDREN, "rssKB": _rss_kb(),
                 "childMaxRssKB": median(0), "childFaultedKB": median(1), "acceptToForkMs": median(2),
-                "acceptToExitMs": median(3), "stopping": self.stopping}
+                "acceptToExitMs": median(3), "stopping": self.stopping,
+                # CPU time (user + system) of the server and of all its reaped children (calls, spares)
+                "cpuSelfMs": _cpu_ms(resource.RUSAGE_SELF), "cpuChildrenMs": _cpu_ms(resource.RUSAGE_CHILDREN)}
 
     # ------------------------------------------------------------------------------------ the child
     def child(self, conn, req, fds, started, chan=None):
@@ -870,6 +872,11 @@ def _fresh_stdio():
 
 def _ident(st):
     return st.st_dev, st.st_ino
+
+
+def _cpu_ms(who):
+    ru = resource.getrusage(who)
+    return round((ru.ru_utime + ru.ru_stime) * 1000, 3)
 
 
 def _rss_kb():
