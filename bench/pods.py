@@ -2,7 +2,8 @@
 
     make bench                                 (runs this inside tests/sandbox, with the others)
     tests/sandbox .venv/bin/python bench/pods.py [--bin-dir DIR] [-n 200] [--concurrency 1,10]
-                                                 [--attribution 20] [--json FILE]
+                                                 [--attribution 40] [--attribution-concurrency 1,10]
+                                                 [--json FILE]
 
 Two throwaway machines (tests/e2e/sandbox.py: their own net, mount and pid namespaces, private tmpfs), each
 with its own containerd 1.6 whose CRI plugin runs the same conflist (ptp over host-local, 10.88.0.0/16)
@@ -19,9 +20,12 @@ in that machine: no link but lo, no host-local reservation, no /run/netns entry,
 ListPodSandbox, no process but the machine's own (containerd, and our warm-start server: resident by
 design, docs/WARM.md). A leftover or a failed call fails the bench (exit 1), after printing it.
 
-The CNI share (how much of set-up and teardown the plugins take) comes from a separate pass of
---attribution pods at concurrency 1, because measuring it costs something: there every plugin in
-/opt/cni/bin is a tiny static shim that times the real plugin (fork, exec, wait) and logs start and end.
+The CNI share (how much of set-up and teardown the plugins take) comes from separate passes of
+--attribution pods (at concurrency 1, and again at 10), because measuring it costs something: there every
+plugin in /opt/cni/bin is a tiny static shim that times the real plugin (fork, exec, wait) and logs start
+and end. Each pass also reports ptp's calls' own durations (ADD, DEL: p50 and p99; containerd may call DEL
+twice per pod): at 10 in flight, they tell whether a tail in pod latency is the plugins' or the rest of
+the runtime's.
 The same shim wraps both variants; its own exec is outside the timed interval but inside that pass's pod
 latency, so the shares are slight underestimates, alike for both. A pod's CNI time is the union of its
 calls' intervals (containerd runs the pod network's ADD and loopback's at once). host-local is not
@@ -237,9 +241,10 @@ def union_length(intervals):
     return total
 
 
-def attribution(name, plugin_dir, pause, tmp, n):
-    """Set-up and teardown CNI shares over n pods at concurrency 1, plugins wrapped by the timing shim."""
-    shim_dir = os.path.join(tmp, f"shim-{name}")
+def attribution(name, plugin_dir, pause, tmp, n, concurrency=1):
+    """Over n pods at ``concurrency``, plugins wrapped by the timing shim: ({"setup", "teardown": median
+    CNI share, "ADD", "DEL": [call durations, s]}, failures)."""
+    shim_dir = os.path.join(tmp, f"shim-{name}-c{concurrency}")
     os.makedirs(shim_dir)
     shim = build_shim(tmp, "/opt/cni/real")
     # The plugins containerd runs are timed; host-local (run by ptp, inside ptp's time) is the real one, by
@@ -253,21 +258,23 @@ def attribution(name, plugin_dir, pause, tmp, n):
     try:
         m.run_block(3, 1, "warmup")
         m.sb.run(["sh", "-c", f": > {TIMING_LOG}"])
-        results, failures, _ = m.run_block(n, 1, "attr")
+        results, failures, _ = m.run_block(n, concurrency, "attr")
         calls = m.timings()
     finally:
         m.close()
     if failures:
         return None, failures
-    by_pod = {}
+    by_pod, durations = {}, {"ADD": [], "DEL": []}
     for plugin, command, cid, a, b in calls:
         by_pod.setdefault(cid, {}).setdefault(command, []).append((a, b))
+        if plugin == "ptp" and command in durations:  # the pod network's calls (loopback's are ~1 ms)
+            durations[command].append(b - a)
     setup_share, teardown_share = [], []
     for pod_id, setup, teardown in results:
         c = by_pod.get(pod_id, {})
         setup_share.append(union_length(c.get("ADD", [])) / setup)
         teardown_share.append(union_length(c.get("DEL", [])) / teardown)
-    return (statistics.median(setup_share), statistics.median(teardown_share)), []
+    return {"setup": statistics.median(setup_share), "teardown": statistics.median(teardown_share), **durations}, []
 
 
 def main(argv=None):
@@ -276,7 +283,9 @@ def main(argv=None):
     ap.add_argument("--go-dir", default=GO_DIR)
     ap.add_argument("-n", type=int, default=200, help="pods per variant and concurrency (default %(default)s)")
     ap.add_argument("--concurrency", default="1,10", help="pods in flight, comma-separated (default %(default)s)")
-    ap.add_argument("--attribution", type=int, default=20, help="pods of the CNI-share pass (0: skip)")
+    ap.add_argument("--attribution", type=int, default=40, help="pods of each CNI-share pass (0: skip)")
+    ap.add_argument("--attribution-concurrency", default="1,10",
+                    help="pods in flight in the CNI-share passes, comma-separated (default %(default)s)")
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args(argv)
     warmstart.enter_sandbox(__file__, argv)
@@ -349,12 +358,19 @@ def bench(args, tmp, bin_dir, go_dir, pause, levels):
         for m in machines.values():
             m.close()
     if args.attribution:
-        out["cni_share"] = {}
-        for name, d in dirs.items():
-            share, failures = attribution(name, d, pause, tmp, args.attribution)
-            bad += failures
-            if share:
-                out["cni_share"][name] = {"setup": share[0], "teardown": share[1]}
+        out["cni_share"], out["cni_calls"] = {}, {}
+        for conc in [int(c) for c in args.attribution_concurrency.split(",") if c.strip()]:
+            for name, d in dirs.items():
+                got, failures = attribution(name, d, pause, tmp, args.attribution, conc)
+                bad += failures
+                if not got:
+                    continue
+                if conc == 1:
+                    out["cni_share"][name] = {"setup": got["setup"], "teardown": got["teardown"]}
+                out["cni_calls"].setdefault(str(conc), {})[name] = {
+                    "setup_share": got["setup"], "teardown_share": got["teardown"],
+                    **{f"{c}_{q}_ms": pct(got[c], int(q[1:])) * 1000 for c in ("ADD", "DEL") for q in ("p50", "p99")},
+                    "calls": len(got["ADD"]) + len(got["DEL"])}
     out["failures"] = bad
     report(out, levels, time.monotonic() - started)
     if args.json:
@@ -382,6 +398,17 @@ def report(out, levels, took):
     for name, s in out.get("cni_share", {}).items():
         print(f"CNI share ({name}, median over the attribution pass): set-up {s['setup']:.0%}, "
               f"teardown {s['teardown']:.0%}")
+    for conc, row in out.get("cni_calls", {}).items():
+        for name, c in row.items():
+            print(f"ptp calls, {conc} pod(s) in flight ({name}, {c['calls']} calls timed by the shim): "
+                  f"ADD p50 {c['ADD_p50_ms']:.1f} p99 {c['ADD_p99_ms']:.1f} ms, DEL p50 {c['DEL_p50_ms']:.1f} "
+                  f"p99 {c['DEL_p99_ms']:.1f} ms; CNI share set-up {c['setup_share']:.0%}, "
+                  f"teardown {c['teardown_share']:.0%}")
+        if "ours" in row and "go" in row:
+            o, g = row["ours"], row["go"]
+            print(f"ptp calls, {conc} pod(s) in flight, ours/go: " + ", ".join(
+                f"{k.replace('_ms', '').replace('_', ' ')} {o[k] / g[k]:.2f}x"
+                for k in ("ADD_p50_ms", "ADD_p99_ms", "DEL_p50_ms", "DEL_p99_ms")))
     for s in out.get("warm", []):
         print(f"warm server (ours): served {s['served']}, refused {s['refused'] or 'none'}, "
               f"peak children {s['peakChildren']}, RSS {s['rssKB']} KB")

@@ -661,9 +661,9 @@ class Server:
         conn.close()
 
     def status(self):
-        def median(i):
+        def median(i, q=0.5):
             v = sorted(x[i] for x in self.child_rss)
-            return round(v[len(v) // 2], 3) if v else None
+            return round(v[int(len(v) * q)], 3) if v else None
         return {"key": self.key, "pid": os.getpid(), "bundle": self.bundle, "binDir": self.bindir,
                 "startedAt": self.started, "idleSeconds": round(time.monotonic() - self.last, 1),
                 "served": self.served, "refused": self.refused, "children": len(self.children),
@@ -673,7 +673,8 @@ class Server:
                 "sparesMade": self.spares_made, "prefaultPages": len(self.hot),
                 "maxChildren": MAX_CHILDREN, "rssKB": _rss_kb(),
                 "childMaxRssKB": median(0), "childFaultedKB": median(1), "acceptToForkMs": median(2),
-                "acceptToExitMs": median(3), "stopping": self.stopping,
+                "acceptToExitMs": median(3), "acceptToExitP90Ms": median(3, 0.9),
+                "acceptToForkP90Ms": median(2, 0.9), "stopping": self.stopping,
                 # CPU time (user + system) of the server and of all its reaped children (calls, spares)
                 "cpuSelfMs": _cpu_ms(resource.RUSAGE_SELF), "cpuChildrenMs": _cpu_ms(resource.RUSAGE_CHILDREN)}
 
