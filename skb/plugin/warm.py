@@ -366,7 +366,7 @@ class Server:
             conn, _ = self.sock.accept()
         except (BlockingIOError, InterruptedError):
             return
-        self.last = t0 = time.monotonic()
+        t0 = time.monotonic()
         fds = []
         try:
             pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
@@ -402,6 +402,7 @@ class Server:
             return conn.close()
         if data[:1] != b"W":
             return self.refuse(conn, "message", fds)
+        self.last = t0  # a call, served or not, is activity; `skb warm status` is not (it must not keep us)
         reason, req = self.check(conn, data, fds, gid)
         if reason:
             return self.refuse(conn, reason, fds)

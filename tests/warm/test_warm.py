@@ -483,6 +483,10 @@ def test_warm_stop_and_status(wbin):
     srv = the_server(wbin)
     out = subprocess.run([os.path.join(wbin, "skb"), "warm", "status"], capture_output=True, text=True, check=True)
     assert srv["key"] in out.stdout and "served" in out.stdout
+    # asking for the status is not a call: it neither resets the idle time nor keeps a server alive
+    first = the_server(wbin)["idleSeconds"]
+    time.sleep(1.0)
+    assert the_server(wbin)["idleSeconds"] >= first + 0.9
     stop_servers(wbin)
     assert servers(wbin) == []
     r = run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION"))
