@@ -254,8 +254,8 @@ static int add_status(struct msg *m)
     return seccomp == 0;
 }
 
-static const char *const NS[] = {"net", "mnt", "pid", "user", "uts", "ipc", "cgroup"};
-#define NNS 7
+static const char *const NS[] = {"net", "mnt", "pid", "user", "uts", "ipc", "cgroup", "time"};
+#define NNS 8
 #define NFDS (3 + 2 + NNS) /* stdin, stdout, stderr, cwd, root, the namespaces */
 
 /* The context text (also the socket's name, hashed): what must be equal for a server's child to be what

@@ -10,7 +10,7 @@ back to exec.
 
 Protocol (SOCK_SEQPACKET, one message per packet), launcher L, server S, child C:
   L->S  "W" + records (tag, u32 length, bytes) + SCM_RIGHTS fds: stdin, stdout, stderr, cwd, root, and
-        /proc/self/ns/{net,mnt,pid,user,uts,ipc,cgroup}
+        /proc/self/ns/{net,mnt,pid,user,uts,ipc,cgroup,time}
   S->L  "R<reason>" (refused: L execs) ...or S forks C, which adopts the call, then:
   C->L  "A"  ->  L->C "G" (L is committed; C runs nothing before it: a timed-out L that went by exec is
         never served too)  ->  S->L "X" + wait status (i32) when C has ended.
@@ -44,7 +44,7 @@ TICK = 2.0              # seconds between lifecycle checks
 MAX_CHILDREN = 32       # calls served at once; beyond, refused (-> exec)
 PREFORK = True          # keep one child forked ahead of the next call (see make_spare)
 ACCEPT_WAIT = 0.5       # seconds a connected client has to send its request
-NS = ("net", "mnt", "pid", "user", "uts", "ipc", "cgroup")
+NS = ("net", "mnt", "pid", "user", "uts", "ipc", "cgroup", "time")  # (time: Linux 5.6+)
 STATUS_KEYS = ("Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:", "NoNewPrivs:",
                "Seccomp:", "Cpus_allowed_list:", "Mems_allowed_list:")
 LOCALE = ("LC_ALL", "LC_CTYPE", "LANG")

@@ -326,7 +326,8 @@ def _key_of_new_server(bindir, run_first_call):
     return st["key"]
 
 
-@pytest.mark.parametrize("kind, reason", [("net", "ns-net"), ("mnt", "ns-mnt"), ("uts", "ns-uts")])
+@pytest.mark.parametrize("kind, reason", [("net", "ns-net"), ("mnt", "ns-mnt"), ("uts", "ns-uts"),
+                                          ("time", "ns-time")])
 def test_other_namespace_refused(wbin, make_netns, kind, reason):
     # A process that holds the other namespace (as a runtime would live in it), entered by each call.
     if kind == "net":
