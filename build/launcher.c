@@ -224,6 +224,24 @@ static int add_file(struct msg *m, const char *path)
     return 1;
 }
 
+/* "name value\n" for a one-value /proc file (the audit login uid and session), "name none\n" when the
+ * kernel has no such file (no audit support): the server writes the same (warm.py: _proc_value). */
+static void add_value(struct msg *m, const char *name, const char *path)
+{
+    char b[64];
+    ssize_t n = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, b, sizeof(b) - 1);
+        close(fd);
+    }
+    while (n > 0 && (b[n - 1] == '\n' || b[n - 1] == 0))
+        n--;
+    if (n > 0)
+        b[n] = 0;
+    adds(m, name), adds(m, " "), adds(m, n > 0 ? b : "none"), adds(m, "\n");
+}
+
 /* The lines of /proc/self/status that an exec'd plugin inherits and the server's child must share. */
 static const char *const STATUS_KEYS[] = {"Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:",
                                           "CapAmb:", "NoNewPrivs:", "Seccomp:", "Cpus_allowed_list:",
@@ -288,6 +306,8 @@ static int context(struct msg *m, const char *bundle, int *fds)
     adds(m, "\ntimerslack "), addi(m, prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0));
     adds(m, "\nioprio "), addi(m, syscall(SYS_ioprio_get, 1, 0)); /* IOPRIO_WHO_PROCESS, self */
     adds(m, "\n");
+    add_value(m, "loginuid", "/proc/self/loginuid");
+    add_value(m, "sessionid", "/proc/self/sessionid");
     for (const char *const *k = LOCALE; *k; k++) {
         const char *v = getenv(*k);
         adds(m, *k), adds(m, v ? "=" : " unset"), adds(m, v ? v : ""), adds(m, "\n");

@@ -106,10 +106,23 @@ def context(bundle, libc, environ):
             out.append(f"{path}\n{f.read()}")
     out.append(f"nice {os.getpriority(os.PRIO_PROCESS, 0)}\nsched {os.sched_getscheduler(0)}\n"
                f"personality {libc.personality()}\nsecurebits {libc.prctl(PR_GET_SECUREBITS)}\n"
-               f"timerslack {libc.prctl(PR_GET_TIMERSLACK)}\nioprio {libc.ioprio()}\n")
+               f"timerslack {libc.prctl(PR_GET_TIMERSLACK)}\nioprio {libc.ioprio()}\n"
+               f"loginuid {_proc_value('/proc/self/loginuid')}\nsessionid {_proc_value('/proc/self/sessionid')}\n")
     for k in LOCALE:
         out.append(f"{k}={environ[k]}\n" if k in environ else f"{k} unset\n")
     return "".join(out).encode("utf-8", "surrogateescape")
+
+
+def _proc_value(path):
+    """A one-value /proc file's value (the audit login uid, session id), or "none" without one: as the
+    launcher's add_value() writes it."""
+    try:
+        with open(path, "rb") as f:
+            v = f.read(63)
+    except OSError:
+        return "none"
+    v = v.rstrip(b"\n\0")
+    return v.decode("ascii", "replace") if v else "none"
 
 
 def check_dir(path, forbidden):

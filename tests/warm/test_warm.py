@@ -358,6 +358,48 @@ def test_other_namespace_refused(wbin, make_netns, kind, reason):
         keeper.wait()
 
 
+_RUNNER = r"""
+import json, subprocess, sys
+with open("/proc/self/loginuid", "w") as f:  # one login (and one audit session) for every call below
+    f.write("4242")
+for line in sys.stdin:
+    cmd, env = json.loads(line)
+    p = subprocess.run(cmd, env=env, capture_output=True)
+    print(json.dumps([p.returncode, p.stdout.hex(), p.stderr.hex()]), flush=True)
+"""
+
+
+def test_other_audit_login_refused(wbin):
+    """A caller with another audit login uid (an operator's login session, say) is never served by the
+    runtime's server: the kernel's audit records would name the wrong login for what its child does."""
+    probe = subprocess.run(["sh", "-c", "echo 4242 > /proc/self/loginuid && cat /proc/self/loginuid"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0 or probe.stdout.strip() != "4242":
+        pytest.skip(f"cannot set an audit login uid here (no CAP_AUDIT_CONTROL or no audit): {probe.stderr.strip()}")
+    runner = subprocess.Popen(["/usr/bin/python3", "-c", _RUNNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    exe = os.path.join(wbin, "loopback")
+    env = cni_env("VERSION")
+
+    def call(extra={}):
+        runner.stdin.write(json.dumps([[exe], dict(env, **extra)]) + "\n")
+        runner.stdin.flush()
+        return json.loads(runner.stdout.readline())
+    try:
+        key = _key_of_new_server(wbin, call)
+        alias = _alias(wbin, key)
+        try:
+            before, refusals = served(wbin), refused(wbin, "loginuid")
+            w = call()
+            assert served(wbin) == before and refused(wbin, "loginuid") == refusals + 1
+            assert w == call(COLD) and w[0] == 0
+        finally:
+            os.unlink(alias)
+    finally:
+        runner.stdin.close()
+        runner.wait()
+
+
 def test_other_bundle_refused(wbin, tmp_path):
     other = install_copy(wbin, str(tmp_path / "bin2"))  # same build, another install: another bundle path
     exe = os.path.join(other, "loopback")
