@@ -16,6 +16,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -146,6 +147,12 @@ def test_go_leaks_masquerade_without_netns_we_do_not(impls, make_netns, data_dir
             assert masq_chain_rules() == []
         else:
             assert not leaked
+        # Go's host veth (and ours, if our DEL came too late to find it) goes when the kernel destroys the
+        # deleted netns, which it does in the background: wait for that, so that no test finds it later.
+        deadline = time.monotonic() + 30
+        while host_veths() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host_veths() == [], "the kernel never destroyed the deleted netns' veth pair"
 
 
 # --------------------------------------------------------------------------------------------------
