@@ -306,6 +306,7 @@ static int context(struct msg *m, const char *bundle, int *fds)
     adds(m, "\ntimerslack "), addi(m, prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0));
     adds(m, "\nioprio "), addi(m, syscall(SYS_ioprio_get, 1, 0)); /* IOPRIO_WHO_PROCESS, self */
     adds(m, "\n");
+    adds(m, "sid "), addi(m, getsid(0)), adds(m, "\n");
     add_value(m, "loginuid", "/proc/self/loginuid");
     add_value(m, "sessionid", "/proc/self/sessionid");
     for (const char *const *k = LOCALE; *k; k++) {
@@ -358,9 +359,11 @@ static int room_for_a_server(int dir)
     return got == 0 && socks < MAX_SERVERS;
 }
 
-/* Start a server for this context, detached (own session, stdio on /dev/null): the caller never waits
- * for it. At most one attempt per SPAWN_EVERY seconds per context (a marker file's mtime), and none while
- * MAX_SERVERS are running (callers that make a new namespace per call must not pile servers up). */
+/* Start a server for this context, detached (a process group of its own, stdio on /dev/null): the caller
+ * never waits for it. It stays in the caller's session, which the context compares: its children then
+ * share the caller's session, and with it the kernel's CPU autogroup where that applies. At most one
+ * attempt per SPAWN_EVERY seconds per context (a marker file's mtime), and none while MAX_SERVERS are
+ * running (callers that make a new namespace per call must not pile servers up). */
 static void spawn(int dir, const char *key, const char *bindir, const char *loader, const char *libpath,
                   const char *program)
 {
@@ -401,7 +404,7 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
         return;
     if (pid == 0) {
         sigset_t all;
-        if (setsid() < 0 || fork() != 0)
+        if (setpgid(0, 0) < 0 || fork() != 0)
             _exit(0);
         int null = open("/dev/null", O_RDWR);
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)

@@ -107,6 +107,7 @@ def context(bundle, libc, environ):
     out.append(f"nice {os.getpriority(os.PRIO_PROCESS, 0)}\nsched {os.sched_getscheduler(0)}\n"
                f"personality {libc.personality()}\nsecurebits {libc.prctl(PR_GET_SECUREBITS)}\n"
                f"timerslack {libc.prctl(PR_GET_TIMERSLACK)}\nioprio {libc.ioprio()}\n"
+               f"sid {os.getsid(0)}\n"
                f"loginuid {_proc_value('/proc/self/loginuid')}\nsessionid {_proc_value('/proc/self/sessionid')}\n")
     for k in LOCALE:
         out.append(f"{k}={environ[k]}\n" if k in environ else f"{k} unset\n")

@@ -199,7 +199,8 @@ def test_ptp_hostlocal_identical_and_rollback(wbin, make_netns, tmp_path):
 
 def test_child_context_is_the_exec_context(wbin, make_netns, tmp_path):
     """What the plugin process is (signal mask, ignored and caught signals, umask, limits, cwd,
-    capabilities) and what its own children inherit (environment), seen from a hook it runs."""
+    capabilities, session and CPU autogroup) and what its own children inherit (environment), seen from a
+    hook it runs."""
     ns = make_netns("warmctx")
     results = {}
     for mode, extra in (("warm", {}), ("cold", COLD)):
@@ -207,7 +208,8 @@ def test_child_context_is_the_exec_context(wbin, make_netns, tmp_path):
         script = ("p=$PPID; grep -E '^(Umask|SigBlk|SigIgn|SigCgt|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
                   "Seccomp|Cpus_allowed_list|Uid|Gid|Groups):' /proc/$p/status; cat /proc/$p/limits; "
                   "readlink /proc/$p/cwd /proc/$p/fd/0 /proc/$p/root; stat -L -c %F /proc/$p/fd/1 /proc/$p/fd/2; "
-                  "cat /proc/$p/comm; env | sort | grep -v '^_=' ; umask; ulimit -a")
+                  "cat /proc/$p/comm; env | sort | grep -v '^_=' ; umask; ulimit -a; "
+                  "echo session $(cut -d' ' -f6 /proc/$p/stat); cat /proc/$p/autogroup 2>/dev/null")
         conf = {"cniVersion": "1.0.0", "name": "warm-dbg", "type": "debug", "addHooks": [["sh", "-c", script + f" > {out}"]]}
         env = cni_env("ADD", netns=f"/run/netns/{ns}", path=wbin, SOME_VAR="x y", **extra)
         before = served(wbin)
@@ -359,9 +361,8 @@ def test_other_namespace_refused(wbin, make_netns, kind, reason):
 
 
 _RUNNER = r"""
-import json, subprocess, sys
-with open("/proc/self/loginuid", "w") as f:  # one login (and one audit session) for every call below
-    f.write("4242")
+import json, os, subprocess, sys
+exec(sys.argv[1])  # what makes this caller's context another one (the same for every call below)
 for line in sys.stdin:
     cmd, env = json.loads(line)
     p = subprocess.run(cmd, env=env, capture_output=True)
@@ -369,15 +370,12 @@ for line in sys.stdin:
 """
 
 
-def test_other_audit_login_refused(wbin):
-    """A caller with another audit login uid (an operator's login session, say) is never served by the
-    runtime's server: the kernel's audit records would name the wrong login for what its child does."""
-    probe = subprocess.run(["sh", "-c", "echo 4242 > /proc/self/loginuid && cat /proc/self/loginuid"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0 or probe.stdout.strip() != "4242":
-        pytest.skip(f"cannot set an audit login uid here (no CAP_AUDIT_CONTROL or no audit): {probe.stderr.strip()}")
-    runner = subprocess.Popen(["/usr/bin/python3", "-c", _RUNNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+def _refused_from_another(wbin, setup, reason):
+    """Calls made by one process whose context ``setup`` (Python, run first) changed: the first starts
+    that context's server (then stopped); the next one, sent to this install's server instead (an alias of
+    its socket), is refused for ``reason`` and goes by exec, with the exec'd answer."""
+    runner = subprocess.Popen(["/usr/bin/python3", "-c", _RUNNER, setup], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     exe = os.path.join(wbin, "loopback")
     env = cni_env("VERSION")
 
@@ -389,15 +387,36 @@ def test_other_audit_login_refused(wbin):
         key = _key_of_new_server(wbin, call)
         alias = _alias(wbin, key)
         try:
-            before, refusals = served(wbin), refused(wbin, "loginuid")
+            before, refusals = served(wbin), refused(wbin, reason)
             w = call()
-            assert served(wbin) == before and refused(wbin, "loginuid") == refusals + 1
+            assert served(wbin) == before and refused(wbin, reason) == refusals + 1
             assert w == call(COLD) and w[0] == 0
         finally:
             os.unlink(alias)
     finally:
         runner.stdin.close()
         runner.wait()
+
+
+def test_other_audit_login_refused(wbin):
+    """A caller with another audit login uid (an operator's login session, say) is never served by the
+    runtime's server: the kernel's audit records would name the wrong login for what its child does."""
+    probe = subprocess.run(["sh", "-c", "echo 4242 > /proc/self/loginuid && cat /proc/self/loginuid"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0 or probe.stdout.strip() != "4242":
+        pytest.skip(f"cannot set an audit login uid here (no CAP_AUDIT_CONTROL or no audit): {probe.stderr.strip()}")
+    _refused_from_another(wbin, "open('/proc/self/loginuid', 'w').write('4242')", "loginuid")
+
+
+def test_other_session_refused(wbin):
+    """A caller in another session is not served by this one's server (the child would be in the server's
+    session, and CPU autogroup, not the caller's), and the server stays in the session of the call that
+    started it, in a process group of its own (a runtime that kills its call's group never kills it)."""
+    srv = the_server(wbin)
+    with open(f"/proc/{srv['pid']}/stat") as f:
+        pgrp, sid = (int(x) for x in f.read().rsplit(")", 1)[1].split()[2:4])
+    assert sid == os.getsid(0) and pgrp not in (os.getpgid(0), sid)
+    _refused_from_another(wbin, "os.setsid()", "sid")
 
 
 def test_other_bundle_refused(wbin, tmp_path):
