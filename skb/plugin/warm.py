@@ -300,6 +300,7 @@ class Server:
         self.stopping = why
         if self.spare:  # it sees its channel close and ends
             self.spare[2].close()
+        self.gone.add(self.sock.fileno())  # (its number may be reused before this batch of events ends)
         try:
             self.sel.unregister(self.sock.fileno())
         except (OSError, ValueError):
