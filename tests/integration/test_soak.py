@@ -29,6 +29,7 @@ from tests.integration.ptp_support import iptables_rules, nft_masq_rules
 pytestmark = [pytest.mark.kernel, pytest.mark.frozen]
 
 SEED = int(os.environ.get("SKB_SOAK_SEED", "1313"))
+OUTSIDE = ("/", "/dev")  # where no call may create anything (its files go under the test's tmp_path)
 SECONDS = float(os.environ.get("SKB_SOAK_SECONDS", "45"))
 ITERATIONS = int(os.environ.get("SKB_SOAK_ITERATIONS", "100000"))
 CALL_TIMEOUT = 15
@@ -101,8 +102,13 @@ def drop_at(obj, path):
     del obj[path[-1]]
 
 
-def mutate(rng, plugin, conf, specials):
-    """1 to 3 random mutations of ``conf`` (in place); returns their descriptions."""
+def mutate(rng, plugin, conf, specials, root):
+    """1 to 3 random mutations of ``conf`` (in place); returns their descriptions.
+
+    No mutation may send a plugin to write outside ``root``: the plugins take a lone surrogate as U+FFFD
+    (as Go does) and create what a valid dataDir or record path names, so a character inserted into an
+    absolute path goes after ``root/`` when the path is under it and before its first "/" otherwise (a
+    relative path: refused), and dataDir is never "/" (host-local would make "/<network>")."""
     done = []
     for _ in range(rng.randint(1, 3)):
         kind = rng.choice(["swap", "path", "path", "surrogate", "huge", "version", "drop", "nul"])
@@ -117,13 +123,18 @@ def mutate(rng, plugin, conf, specials):
             p = rng.choice(PATH_KEYS[plugin])
             if len(p) == 2 and not isinstance(conf.get(p[0]), dict):
                 continue
-            set_at(conf, p, rng.choice(specials))
+            set_at(conf, p, rng.choice([v for v in specials if not (p == ("ipam", "dataDir") and v == "/")]))
         elif kind in ("surrogate", "nul"):
             strings = [p for p, v in leaves(conf) if isinstance(v, str)]
             p = rng.choice(strings) if strings and rng.random() < 0.8 else ("x",)
             bad = rng.choice(["\ud800", "\udfff", "\udc80", "a\ud83db"]) if kind == "surrogate" else "\0"
             old = conf.get("x", "") if p == ("x",) else dict(leaves(conf))[p]
-            i = rng.randint(0, len(old))
+            if old.startswith(root + "/"):
+                i = rng.randint(len(root) + 1, len(old))
+            elif old.startswith("/"):
+                i = 0
+            else:
+                i = rng.randint(0, len(old))
             set_at(conf, p, old[:i] + bad + old[i:])
         elif kind == "huge":
             p = rng.choice(paths)
@@ -227,13 +238,14 @@ def test_soak_mutated_configs_against_every_plugin_and_command(bin_dir, tmp_path
     cwd.mkdir()
     calls = Calls(bin_dir, str(cwd))
     before = host_state()
+    outside = {d: set(os.listdir(d)) for d in OUTSIDE}
     deadline = time.monotonic() + SECONDS
     iterations = 0
     while iterations < ITERATIONS and time.monotonic() < deadline and len(calls.problems) < 10:
         iterations += 1
         plugin = rng.choice(["loopback", "ptp", "ptp", "host-local", "debug"])
         conf = base_config(plugin, root)
-        what = mutate(rng, plugin, conf, specials) if rng.random() < 0.7 else ["none"]
+        what = mutate(rng, plugin, conf, specials, root) if rng.random() < 0.7 else ["none"]
         text = to_text(rng, conf)
         ns = f"soak-{uuid.uuid4().hex[:8]}"
         subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -292,6 +304,11 @@ def test_soak_mutated_configs_against_every_plugin_and_command(bin_dir, tmp_path
             now = host_state()
             for name in set(now["links"]) - set(before["links"]):
                 subprocess.run(["ip", "link", "del", name], capture_output=True)
+        for d, names in outside.items():   # a plugin sent to write outside the test's directory
+            new = set(os.listdir(d)) - names
+            if new:
+                calls.problems.append(f"{where}: created {sorted(new)} in {d} (outside the test's directory)")
+                names |= new
         leftover_cwd = os.listdir(cwd)
         if leftover_cwd:
             calls.problems.append(f"{where}: files created in the calls' working directory: {leftover_cwd}")
