@@ -507,7 +507,8 @@ def test_kubelet_probe_with_strict_rp_filter(ptp, make_netns, data_dir, strict_r
 
 
 def _rp_filter_drops():
-    out = subprocess.run(["nstat", "-az", "TcpExtIPReversePathFilter"], capture_output=True, text=True).stdout
+    # -s: no history file (nstat would leave /tmp/.nstat.u0 behind)
+    out = subprocess.run(["nstat", "-asz", "TcpExtIPReversePathFilter"], capture_output=True, text=True).stdout
     for line in out.splitlines():
         if line.startswith("TcpExtIPReversePathFilter"):
             return int(line.split()[1])
