@@ -16,10 +16,10 @@ and none of its files holds "<id>\\r\\n<ifname>", so its DEL never deletes them)
 Why: finding an attachment's addresses (for DEL, and for an ADD that must return an existing
 reservation) means reading every reservation file in the Go layout: ~1 s per ADD with 60,000 of them.
 The index is one file searched with ``bytes.find`` (about a millisecond at that size), written under a
-new name when it changes (see ``_write_index``). It is a cache, never the truth: each address it names is checked against its
-reservation file, and when the network directory changed behind our back (the Go plugin ran, an operator
-deleted a file, or we were killed mid-way) the header no longer matches and the index is rebuilt from a
-full scan. The index never decides alone:
+new name when it changes (see ``_write_index``). It is a cache, never the truth: each address it names is
+checked against its reservation file, and when the network directory changed behind our back (the Go
+plugin ran, an operator deleted a file, or we were killed mid-way) the header no longer matches and the
+index is rebuilt from a full scan. The index never decides alone:
 
 - what it says an attachment holds is confirmed by reading that one reservation file; a single entry
   that does not match proves the index stale, and it is rebuilt before anything is answered;

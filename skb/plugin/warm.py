@@ -183,13 +183,13 @@ class Server:
         self.served = 0
         self.refused = {}
         self.peak_children = 0
-        self.spare = None       # (pid, pidfd, channel, started pipe) of the pre-forked child
+        self.spare = None       # (pid, pidfd, channel, started pipe, learns) of the pre-forked child
+                                # (learns: it reports its call's pages, and so does not prefault)
         self.applied = None     # in a spare: the request whose umask, rlimits and signals it already has
         self.hot = set()        # page numbers that calls' children wrote (see make_spare)
         self.hot_runs = ()      # the same as (first page, count) runs
         self.spares_lost = 0
         self.spares_made = 0
-        self.spare_learns = False  # the spare reports its call's pages (and so does not prefault)
         self.gone = set()       # pidfds closed while handling the current batch of events (see serve)
         self.child_rss = []     # (ru_maxrss KB, faulted-in KB, hand-off ms, accept-to-exit ms), last 64
         self.stopping = None
@@ -542,8 +542,7 @@ class Server:
         theirs.close()
         os.close(started_w)
         if made:
-            self.spare = (made[0], made[1], ours, started_r)
-            self.spare_learns = learn
+            self.spare = (made[0], made[1], ours, started_r, learn)
         else:
             ours.close()
             os.close(started_r)
@@ -597,7 +596,7 @@ class Server:
             return
         made = None
         if self.spare:
-            pid, pidfd, chan, started = self.spare
+            pid, pidfd, chan, started, _ = self.spare
             self.spare = None
             try:
                 socket.send_fds(chan, [data], fds + [conn.fileno()])
@@ -638,9 +637,6 @@ class Server:
             self.spare = None
             os.close(pidfd)
             self.spares_lost += 1
-            return
-        if pidfd not in self.children:  # cannot happen: never let it take the server down
-            self.log(f"an event for fd {pidfd}, which is no child's")
             return
         pid, conn, t0, tfork, started, chan = self.children.pop(pidfd)
         os.close(pidfd)
@@ -685,7 +681,7 @@ class Server:
                 "served": self.served, "refused": self.refused, "children": len(self.children),
                 "childPids": sorted(c[0] for c in self.children.values()),
                 "peakChildren": self.peak_children, "prefork": PREFORK, "sparesLost": self.spares_lost,
-                "sparePid": self.spare[0] if self.spare else None, "spareLearns": bool(self.spare and self.spare_learns),
+                "sparePid": self.spare[0] if self.spare else None, "spareLearns": bool(self.spare and self.spare[4]),
                 "sparesMade": self.spares_made, "prefaultPages": len(self.hot),
                 "maxChildren": MAX_CHILDREN, "rssKB": _rss_kb(),
                 "childMaxRssKB": median(0), "childFaultedKB": median(1), "acceptToForkMs": median(2),
@@ -831,11 +827,12 @@ def _private_writable():
     [vvar], [vdso]), in address order, from /proc/self/maps."""
     out = []
     with open("/proc/self/maps", "rb") as f:
-        for line in f.read().splitlines():
-            f = line.split()
-            if len(f) < 5 or f[1][1:2] != b"w" or f[1][3:4] != b"p" or (len(f) > 5 and f[5].startswith(b"[v")):
-                continue
-            out.append(tuple(int(x, 16) >> PAGE_SHIFT for x in f[0].split(b"-")))
+        lines = f.read().splitlines()
+    for line in lines:
+        m = line.split()
+        if len(m) < 5 or m[1][1:2] != b"w" or m[1][3:4] != b"p" or (len(m) > 5 and m[5].startswith(b"[v")):
+            continue
+        out.append(tuple(int(x, 16) >> PAGE_SHIFT for x in m[0].split(b"-")))
     return out
 
 

@@ -343,21 +343,31 @@ def test_other_namespace_refused(wbin, make_netns, kind, reason):
     prefix = ["nsenter", f"--{'mount' if kind == 'mnt' else kind}=/proc/{keeper.pid}/ns/{kind}"]
     exe = os.path.join(wbin, "loopback")
     env = cni_env("VERSION")
-    call = lambda extra={}: subprocess.run(prefix + [exe], env=dict(env, **extra), capture_output=True)  # noqa: E731
+
+    def call(extra={}):
+        p = subprocess.run(prefix + [exe], env=dict(env, **extra), capture_output=True)
+        return p.returncode, p.stdout, p.stderr
     try:
-        key = _key_of_new_server(wbin, call)
-        alias = _alias(wbin, key)
-        try:
-            before, refusals = served(wbin), refused(wbin, reason)
-            w = call()
-            assert served(wbin) == before and refused(wbin, reason) == refusals + 1
-            c = call(COLD)
-            assert (w.returncode, w.stdout, w.stderr) == (c.returncode, c.stdout, c.stderr)
-        finally:
-            os.unlink(alias)
+        _refused_via_alias(wbin, call, reason)
     finally:
         keeper.kill()
         keeper.wait()
+
+
+def _refused_via_alias(wbin, call, reason):
+    """``call(extra_env)`` makes a call from another context: the first one starts that context's server
+    (then stopped); the next one, sent to this install's server instead (an alias of its socket), must
+    be refused for ``reason`` and go by exec, with the exec'd outcome. Returns that outcome."""
+    key = _key_of_new_server(wbin, call)
+    alias = _alias(wbin, key)
+    try:
+        before, refusals = served(wbin), refused(wbin, reason)
+        w = call()
+        assert served(wbin) == before and refused(wbin, reason) == refusals + 1
+        assert w == call(COLD)
+        return w
+    finally:
+        os.unlink(alias)
 
 
 _RUNNER = r"""
@@ -371,9 +381,8 @@ for line in sys.stdin:
 
 
 def _refused_from_another(wbin, setup, reason):
-    """Calls made by one process whose context ``setup`` (Python, run first) changed: the first starts
-    that context's server (then stopped); the next one, sent to this install's server instead (an alias of
-    its socket), is refused for ``reason`` and goes by exec, with the exec'd answer."""
+    """_refused_via_alias, for calls made by one process whose context ``setup`` (Python, run first)
+    changed."""
     runner = subprocess.Popen(["/usr/bin/python3", "-c", _RUNNER, setup], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     exe = os.path.join(wbin, "loopback")
@@ -384,15 +393,7 @@ def _refused_from_another(wbin, setup, reason):
         runner.stdin.flush()
         return json.loads(runner.stdout.readline())
     try:
-        key = _key_of_new_server(wbin, call)
-        alias = _alias(wbin, key)
-        try:
-            before, refusals = served(wbin), refused(wbin, reason)
-            w = call()
-            assert served(wbin) == before and refused(wbin, reason) == refusals + 1
-            assert w == call(COLD) and w[0] == 0
-        finally:
-            os.unlink(alias)
+        assert _refused_via_alias(wbin, call, reason)[0] == 0
     finally:
         runner.stdin.close()
         runner.wait()
