@@ -62,6 +62,10 @@ def _last_value(tokens):
     return out
 
 
+def _body(lines):
+    return b"\n".join(lines) + b"\n" if lines else b""
+
+
 def _name_stamp(name):
     parts = name.split(".")
     if len(parts) == 3 and parts[1].isascii() and parts[1].isdigit():
@@ -332,13 +336,13 @@ class Index:
         if new:
             lines += new
             lines.sort()    # a sorted run and a short tail: close to linear
-        self.write(b"".join(x + b"\n" for x in lines), last, stamp)
+        self.write(_body(lines), last, stamp)
 
     def rebuild(self, found, last):
         """A new base from a full scan ({IP: owner}), stamped now. True if it was written; else (a full or
         read-only filesystem) it is kept in memory: a read-only store still answers DEL's, CHECK's and
         STATUS's questions, and a call that must write fails on its first write, with the real cause."""
-        body = b"".join(x + b"\n" for x in sorted(line(o, ip) for ip, o in found.items() if indexable(o)))
+        body = _body(sorted(line(o, ip) for ip, o in found.items() if indexable(o)))
         try:
             self.write(body, last, self.stamp_directory())
             return True
