@@ -84,7 +84,7 @@ class Store:
         text = line(owner, ip)
         if text in self._added:
             del self._added[text]
-        else:
+        elif indexable(owner):   # (an owner that is not, read from a foreign file, was never indexed)
             self._removed.add(text)
         held = self._owned.get(owner)
         if held and ip in held:

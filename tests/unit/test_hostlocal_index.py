@@ -230,6 +230,23 @@ def test_an_index_of_the_previous_format_is_not_read(tmp_path, d):
     assert parsed(d)[2] == disk(d)
 
 
+def test_a_foreign_owner_with_a_newline_never_reaches_the_journal(tmp_path, d):
+    """A reservation file whose container id holds a newline and what looks like a journal line (no
+    runtime passes such an id; a file can hold one): GC releases it, and the journal stays what we wrote,
+    one line per change (that line, journaled, hid c0's address from the index: a DEL would leak it)."""
+    add(str(tmp_path), ("c0", "eth0"), "10.0.0.2")
+    with open(os.path.join(d, "10.0.0.3"), "wb") as f:
+        f.write(b"evil\n-c0\teth0\t10.0.0.2\nx\r\neth0")    # a line that would release c0's address
+    with Store(str(tmp_path), NET) as s:
+        for x, o in s.scan().items():
+            if o != ("c0", "eth0"):
+                s.release(x, o)
+        s.commit()
+    assert not os.path.exists(os.path.join(d, "10.0.0.3"))
+    assert parsed(d)[2] == disk(d) == {("c0", "eth0"): ["10.0.0.2"]}
+    assert owned(d, [("c0", "eth0")]) == {("c0", "eth0"): ["10.0.0.2"]}
+
+
 def test_a_filesystem_that_cannot_keep_the_stamp_rebuilds_every_call(tmp_path, d, monkeypatch):
     monkeypatch.setattr(index.Index, "stamp_directory", lambda self: None)
     rebuilt = []
