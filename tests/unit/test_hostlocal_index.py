@@ -258,7 +258,7 @@ def test_a_filesystem_that_cannot_keep_the_stamp_rebuilds_every_call(tmp_path, d
     assert owned(d, [("c1", "eth0")]) == {("c1", "eth0"): ["10.0.0.3"]}
 
 
-@pytest.mark.parametrize("kind", ["symlink to a directory", "file", "dangling symlink"])
+@pytest.mark.parametrize("kind", ["symlink to a directory", "file", "dangling symlink", "fifo"])
 @pytest.mark.parametrize("where", [".skb", ".skb/tmp"])
 def test_our_directories_are_never_followed(tmp_path, d, kind, where):
     """Something else under .skb or .skb/tmp: replaced by our own directory; what a symlink points to
@@ -276,9 +276,15 @@ def test_our_directories_are_never_followed(tmp_path, d, kind, where):
         os.symlink(victim, path)
     elif kind == "file":
         open(path, "wb").close()
+    elif kind == "fifo":
+        os.mkfifo(path)
     else:
         os.symlink("/nonexistent/skb-test", path)
-    add(str(tmp_path), ("c0", "eth0"), "10.0.0.2")
+    signal.alarm(20)     # a FIFO opened for reading would block: fail instead
+    try:
+        add(str(tmp_path), ("c0", "eth0"), "10.0.0.2")
+    finally:
+        signal.alarm(0)
     assert sorted(os.listdir(victim)) == ["precious", "tmp"] and os.listdir(victim / "tmp") == ["r1"]
     for p in (os.path.join(d, ".skb"), os.path.join(d, ".skb", "tmp")):
         assert stat.S_ISDIR(os.lstat(p).st_mode)
