@@ -19,6 +19,7 @@ import errno as _errno
 
 from skb.cni.errors import CNIError, INTERNAL, TRY_AGAIN, errno_reason
 from skb.linux.netlink_codec import (IFA_F_NODAD, IFF_UP, IFLA_EXT_MASK, IFLA_MTU, Link, NETLINK_CAP_ACK,
+                                       NETLINK_GET_STRICT_CHK, _HDR, _HDR_FLAGS_SEQ,
                                        NETLINK_EXT_ACK, NETLINK_ROUTE, NLMSGERR_ATTR_MSG, NLMSG_DONE,
                                        NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CREATE,
                                        NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL, NLM_F_MULTI, NLM_F_REPLACE,
@@ -168,6 +169,80 @@ class RtNetlink:
                 return replies
         raise CNIError(TRY_AGAIN, f"listing {what} in netns {self.label} was interrupted 10 times",
                        "the table kept changing while it was read; try again")
+
+    def dump_raw(self, kind, payload, what, strict=False):
+        """The datagrams of a dump reply, undecoded: for a caller that searches them for a few encoded
+        attributes instead of decoding hundreds of messages (skb.linux.hostclash). Only the message
+        headers are read here (sequence, end, error, interruption: retried as ``_dump`` is). ``strict``
+        has the kernel apply the filters of the request's header (NETLINK_GET_STRICT_CHK, Linux 4.20;
+        an older kernel dumps everything, which is still correct). ``what`` names the table in errors."""
+        if strict:
+            try:
+                self._sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+            except OSError:
+                strict = False
+        try:
+            for _ in range(10):
+                self._seq += 1
+                try:
+                    self._sock.send(message(kind, NLM_F_DUMP | NLM_F_REQUEST, self._seq, payload))
+                except OSError as e:
+                    raise CNIError(INTERNAL, f"cannot send a netlink request in netns {self.label}: "
+                                             f"{errno_reason(e.errno)}") from None
+                try:
+                    datagrams, intr = self._read_raw(self._seq)
+                except _KernelError as e:
+                    raise self._error(e, f"listing {what}") from None
+                if not intr:
+                    return datagrams
+            raise CNIError(TRY_AGAIN, f"listing {what} in netns {self.label} was interrupted 10 times",
+                           "the table kept changing while it was read; try again")
+        finally:
+            if strict:
+                self._sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 0)
+
+    def _read_raw(self, seq):
+        """Datagrams until the dump's NLMSG_DONE. A dump reply is recognised without walking it: its end
+        is a 20-byte NLMSG_DONE at the end of the last datagram, and an interruption shows as a header
+        with NLM_F_MULTI | NLM_F_DUMP_INTR and our sequence number (a false match only costs a retry).
+        Anything else (an error, an extended acknowledgement) is walked message by message."""
+        datagrams, intr, buf = [], False, self._buf
+        interrupted = _HDR_FLAGS_SEQ.pack(NLM_F_MULTI | NLM_F_DUMP_INTR, seq)
+        while True:
+            try:
+                n = self._sock.recv_into(buf, len(buf), _socket.MSG_TRUNC)
+            except OSError as e:
+                raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {errno_reason(e.errno)}") from None
+            if n > len(buf):
+                raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
+            data = bytes(buf[:n])
+            intr = intr or interrupted in data
+            if n >= 20:
+                length, kind, _flags, rseq, _pid = _HDR.unpack_from(data, n - 20)
+                if length == 20 and kind == NLMSG_DONE and rseq == seq and not _I32.unpack_from(data, n - 4)[0]:
+                    datagrams.append(data[:n - 20])
+                    return datagrams, intr
+            off, end = 0, False
+            while off + 16 <= n:
+                length, kind, flags, rseq, _pid = _HDR.unpack_from(data, off)
+                if length < 16:
+                    break
+                if rseq == seq and kind in (NLMSG_ERROR, NLMSG_DONE):
+                    body = data[off + 16:off + length]
+                    if kind == NLMSG_ERROR:
+                        err, text = parse_error(body, flags)
+                    else:
+                        err = -_I32.unpack_from(body)[0] if len(body) >= 4 else 0
+                        text = _cstr(parse_attrs(body, 4).get(NLMSGERR_ATTR_MSG, b"")) if flags & NLM_F_ACK_TLVS else ""
+                    if err:
+                        raise _KernelError(err, text)
+                    datagrams.append(data[:off])
+                    end = True
+                    break
+                off += (length + 3) & ~3
+            if end:
+                return datagrams, intr
+            datagrams.append(data)
 
     def _error(self, e, what, messages=None, subject=None):
         """The exception for a refused request: a known phrasing from ``messages`` (errno -> text), else
