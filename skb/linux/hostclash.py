@@ -326,6 +326,25 @@ def _objects(nl, targets):
     return hops
 
 
+def gateway_routes(nl, family):
+    """[(Route, [(family, packed gateway, oif)])] of every unicast route of ``family`` with a next hop, in
+    every table, every message decoded: for ``skb doctor``, which looks at the whole table."""
+    blob = b"".join(nl.dump_raw(RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, RTN_UNICAST, 0), "routes",
+                                strict=True))
+    out = []
+    for start, end in _bodies(blob):
+        body = blob[start:end]
+        gateways, _nh_id = route_next_hops(body)
+        if gateways:
+            out.append((decode_route(body), gateways))
+    return out
+
+
+def route_text(nl, route, gw_family, gw_packed, oif, names=None):
+    """A route with one of its next hops, as ``ip route`` writes it."""
+    return _route_text(nl, route, gw_family, gw_packed, oif, {} if names is None else names)
+
+
 def read(nl, wanted):
     """(held, hops) for the wanted addresses, from the netns of ``nl``."""
     held, hops, names, ptp_ends = [], [], {}, set()
