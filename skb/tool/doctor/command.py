@@ -139,10 +139,12 @@ EPILOG = """\
 Prints one line per problem: severity, code, what is wrong | evidence | fix; then a summary. Exit status 1
 when there are errors or warnings. Codes: no-config, wrong-extension, skipped-entry, unreadable-entry,
 no-plugins, invalid-json, load-error, no-cniversion, shadowed, several-networks, plugin-missing,
-plugin-elsewhere, plugin-not-executable, version-failed, version-unsupported, status-failed, host-lo-down,
-forwarding-off, rp-filter-strict, leaked-reservation, runtime-dirs-disagree, runtime-config-invalid,
-runtime-config-ignored, probe-failed, probe-no-ip, probe-leftover, probe-skipped. A leaked host-local reservation is one whose attachment has no cached result in
-<cache-dir>/results, or whose cached netns is gone.
+plugin-elsewhere, plugin-dangling, plugin-not-executable, version-failed, version-unsupported, status-failed,
+config-invalid, range-exhausted, pod-range-overlap, host-lo-down, forwarding-off, rp-filter-strict,
+leaked-reservation, runtime-dirs-disagree, runtime-config-invalid, runtime-config-ignored, probe-failed,
+probe-no-ip, probe-leftover, probe-skipped. A leaked host-local reservation is one whose attachment has no
+cached result in <cache-dir>/results, or whose cached netns is gone. One cause gives one finding: a probe
+outcome an error already predicts is a note. docs/DIAGNOSTICS.md has the whole list.
 
 Without --conf-dir/--bin-dir the directories come from containerd's config.toml (version 1, 2 and 3
 layouts, with its imports) and CRI-O's crio.conf and crio.conf.d (their disagreements are reported),
