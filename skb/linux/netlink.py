@@ -115,38 +115,48 @@ class RtNetlink:
 
     # -- transport --------------------------------------------------------------------------------
 
-    def _talk(self, kind, flags, payload):
-        """Send one request; return (reply payloads, dump-interrupted). NLMSG_ERROR -> _KernelError."""
+    def _send(self, kind, flags, payload):
+        """Send one request; its sequence number."""
         self._seq += 1
-        seq = self._seq
         try:
-            self._sock.send(message(kind, flags | NLM_F_REQUEST, seq, payload))
+            self._sock.send(message(kind, flags | NLM_F_REQUEST, self._seq, payload))
         except OSError as e:
             raise CNIError(INTERNAL, f"cannot send a netlink request in netns {self.label}: {errno_reason(e.errno)}") from None
+        return self._seq
+
+    def _recv(self):
+        """One datagram of the reply."""
+        try:
+            n = self._sock.recv_into(self._buf, len(self._buf), _socket.MSG_TRUNC)
+        except OSError as e:
+            raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {errno_reason(e.errno)}") from None
+        if n > len(self._buf):
+            raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
+        return bytes(self._buf[:n])
+
+    @staticmethod
+    def _end(kind, flags, body):
+        """An NLMSG_ERROR or NLMSG_DONE ends a reply: _KernelError when it carries an error."""
+        if kind == NLMSG_ERROR:
+            err, text = parse_error(body, flags)
+        else:
+            err = -_I32.unpack_from(body)[0] if len(body) >= 4 else 0
+            text = _cstr(parse_attrs(body, 4).get(NLMSGERR_ATTR_MSG, b"")) if err and flags & NLM_F_ACK_TLVS else ""
+        if err:
+            raise _KernelError(err, text)
+
+    def _talk(self, kind, flags, payload):
+        """Send one request; return (reply payloads, dump-interrupted). NLMSG_ERROR -> _KernelError."""
+        seq = self._send(kind, flags, payload)
         replies, intr = [], False
-        buf = self._buf
         while True:
-            try:
-                n = self._sock.recv_into(buf, len(buf), _socket.MSG_TRUNC)
-            except OSError as e:
-                raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {errno_reason(e.errno)}") from None
-            if n > len(buf):
-                raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
-            for rkind, rflags, rseq, body in split_messages(bytes(buf[:n])):
+            for rkind, rflags, rseq, body in split_messages(self._recv()):
                 if rseq != seq:
                     continue            # a late reply to an earlier request
                 if rflags & NLM_F_DUMP_INTR:
                     intr = True
-                if rkind == NLMSG_ERROR:
-                    err, text = parse_error(body, rflags)
-                    if err:
-                        raise _KernelError(err, text)
-                    return replies, intr
-                if rkind == NLMSG_DONE:
-                    err = -_I32.unpack_from(body)[0] if len(body) >= 4 else 0
-                    if err:
-                        text = parse_attrs(body, 4).get(NLMSGERR_ATTR_MSG, b"") if rflags & NLM_F_ACK_TLVS else b""
-                        raise _KernelError(err, _cstr(text))
+                if rkind == NLMSG_ERROR or rkind == NLMSG_DONE:
+                    self._end(rkind, rflags, body)
                     return replies, intr
                 if rkind == NLMSG_NOOP:
                     continue
@@ -183,14 +193,9 @@ class RtNetlink:
                 strict = False
         try:
             for _ in range(10):
-                self._seq += 1
+                seq = self._send(kind, NLM_F_DUMP, payload)
                 try:
-                    self._sock.send(message(kind, NLM_F_DUMP | NLM_F_REQUEST, self._seq, payload))
-                except OSError as e:
-                    raise CNIError(INTERNAL, f"cannot send a netlink request in netns {self.label}: "
-                                             f"{errno_reason(e.errno)}") from None
-                try:
-                    datagrams, intr = self._read_raw(self._seq)
+                    datagrams, intr = self._read_raw(seq)
                 except _KernelError as e:
                     raise self._error(e, f"listing {what}") from None
                 if not intr:
@@ -206,42 +211,27 @@ class RtNetlink:
         is a 20-byte NLMSG_DONE at the end of the last datagram, and an interruption shows as a header
         with NLM_F_MULTI | NLM_F_DUMP_INTR and our sequence number (a false match only costs a retry).
         Anything else (an error, an extended acknowledgement) is walked message by message."""
-        datagrams, intr, buf = [], False, self._buf
+        datagrams, intr = [], False
         interrupted = _HDR_FLAGS_SEQ.pack(NLM_F_MULTI | NLM_F_DUMP_INTR, seq)
         while True:
-            try:
-                n = self._sock.recv_into(buf, len(buf), _socket.MSG_TRUNC)
-            except OSError as e:
-                raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {errno_reason(e.errno)}") from None
-            if n > len(buf):
-                raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
-            data = bytes(buf[:n])
+            data = self._recv()
+            n = len(data)
             intr = intr or interrupted in data
             if n >= 20:
                 length, kind, _flags, rseq, _pid = _HDR.unpack_from(data, n - 20)
                 if length == 20 and kind == NLMSG_DONE and rseq == seq and not _I32.unpack_from(data, n - 4)[0]:
                     datagrams.append(data[:n - 20])
                     return datagrams, intr
-            off, end = 0, False
+            off = 0
             while off + 16 <= n:
                 length, kind, flags, rseq, _pid = _HDR.unpack_from(data, off)
                 if length < 16:
                     break
                 if rseq == seq and kind in (NLMSG_ERROR, NLMSG_DONE):
-                    body = data[off + 16:off + length]
-                    if kind == NLMSG_ERROR:
-                        err, text = parse_error(body, flags)
-                    else:
-                        err = -_I32.unpack_from(body)[0] if len(body) >= 4 else 0
-                        text = _cstr(parse_attrs(body, 4).get(NLMSGERR_ATTR_MSG, b"")) if flags & NLM_F_ACK_TLVS else ""
-                    if err:
-                        raise _KernelError(err, text)
+                    self._end(kind, flags, data[off + 16:off + length])
                     datagrams.append(data[:off])
-                    end = True
-                    break
+                    return datagrams, intr
                 off += (length + 3) & ~3
-            if end:
-                return datagrams, intr
             datagrams.append(data)
 
     def _error(self, e, what, messages=None, subject=None):

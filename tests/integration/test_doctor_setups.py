@@ -10,18 +10,9 @@ import subprocess
 import pytest
 
 from skb.tool import libcni
-from tests.integration.test_doctor import CONTAINERD_V2, Setup, codes, doctor, find, in_netns, lo_conflist, sysctl
+from tests.integration.test_doctor import (CONTAINERD_V2, codes, doctor, find, in_netns, lo_conflist, setup,  # noqa: F401
+                                           skb, sysctl)
 from tests.integration.test_ptp_hostclash import Node
-
-
-@pytest.fixture
-def skb(bin_dir):
-    return os.path.join(bin_dir, "skb")
-
-
-@pytest.fixture
-def setup(tmp_path, bin_dir):
-    return Setup(tmp_path, bin_dir)
 
 
 @pytest.fixture

@@ -6,20 +6,10 @@ import subprocess
 
 import pytest
 
-from tests.integration.test_doctor import Setup, lo_conflist
+from tests.integration.test_doctor import lo_conflist, setup, skb  # noqa: F401 (fixtures)
 
 MISSING = 'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox ' \
           '"5d3c": plugin type="nosuch" failed (add): failed to find plugin "nosuch" in path [/opt/cni/bin]'
-
-
-@pytest.fixture
-def skb(bin_dir):
-    return os.path.join(bin_dir, "skb")
-
-
-@pytest.fixture
-def setup(tmp_path, bin_dir):
-    return Setup(tmp_path, bin_dir)
 
 
 def explain(skb, setup, *args, input=None, env=None, timeout=120):
