@@ -14,6 +14,7 @@ deleted again. Run outside a sandbox, it re-executes itself through tests/sandbo
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -100,6 +101,7 @@ def add_del_ms(bin_dir, n):
                 raise SystemExit(f"ptp ADD/DEL failed: {r} {d}")
     finally:
         subprocess.run(["ip", "netns", "del", "skb-bench-hc-pod"], check=False)
+        shutil.rmtree(data, ignore_errors=True)
     return statistics.median(out)
 
 
