@@ -615,8 +615,10 @@ char bundle_slot[sizeof(BUNDLE_MARK) + 96] = BUNDLE_MARK;
 static int find_bundle(const char *dir, char *link, size_t size, char *bundle)
 {
     const char *name = bundle_slot + sizeof(BUNDLE_MARK) - 1;
+    link[0] = 0;
     if (*name && cat(link, size, dir, "/", name, NULL) && realpath(link, bundle))
         return 1;
+    link[0] = 0;
     return cat(link, size, dir, "/" BUNDLE_LINK, NULL) && realpath(link, bundle);
 }
 
