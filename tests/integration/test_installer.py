@@ -23,9 +23,9 @@ APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")
 CONF = "10-skb.conflist"
 
 
-def make_suite(path, version, size=2 << 20, parts=4):
+def make_suite(path, version, size=2 << 20, parts=4, applets=APPLETS):
     """A staged bin dir: .skb-<version>-<hash>/ (random files + MANIFEST), the .skb link, and launchers
-    whose bytes differ per version."""
+    whose bytes differ per version, each naming its bundle as build/bundle.py stage writes it."""
     rng = random.Random(version)
     work = os.path.join(path, ".work")
     os.makedirs(os.path.join(work, "_internal"))
@@ -42,11 +42,20 @@ def make_suite(path, version, size=2 << 20, parts=4):
     name = f".skb-{version}-{hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:12]}"
     os.rename(work, os.path.join(path, name))
     os.symlink(name, os.path.join(path, ".skb"))
-    for applet in APPLETS:
+    for applet in applets:
+        slot = name.encode() + bytes(files.BUNDLE_SLOT + 1 - len(name))
         with open(os.path.join(path, applet), "wb") as f:
-            f.write(b"\x7fELF " + files.LAUNCHER_MARK + f" {applet} {version} ".encode() + b"x" * 20000)
+            f.write(b"\x7fELF " + files.LAUNCHER_MARK + f" {applet} {version} ".encode() + b"x" * 20000
+                    + files.BUNDLE_MARK + slot)
         os.chmod(os.path.join(path, applet), 0o755)
     return path
+
+
+def tar_over(suite, bin_dir):
+    """What extracting a release tarball over an install leaves: the suite's files copied in, nothing
+    removed (GNU tar removes no file the archive does not hold)."""
+    os.makedirs(bin_dir, exist_ok=True)
+    subprocess.run(f"tar -C {suite} -cf - . | tar -C {bin_dir} -xf -", shell=True, check=True)
 
 
 @pytest.fixture
@@ -155,6 +164,31 @@ def test_upgrade_switches_bundle_and_launchers_and_keeps_only_the_previous(skb, 
     assert install(skb, node, node.v1).returncode == 0          # the next upgrade: v2 is now the previous
     assert install(skb, node, node.v2, cidr="10.244.2.0/24").returncode == 0
     assert_installed(node, node.v2, previous=node.v1)
+
+
+def test_install_removes_the_bundles_no_launcher_names(skb, node, tmp_path):
+    """Releases extracted by tar one over the other leave every bundle behind; skb install removes those
+    no launcher names (keeping the one .skb named until now for one more round), and keeps one that a
+    launcher still names (here the applet "old-applet", which the newer releases no longer have)."""
+    v3 = make_suite(str(tmp_path / "suite3"), "0.3.0")
+    old = make_suite(str(tmp_path / "suite0"), "0.0.9", applets=("old-applet",))
+    names = {s: os.readlink(os.path.join(s, ".skb")) for s in (old, node.v1, node.v2, v3)}
+    for suite in (old, node.v1, node.v2):
+        tar_over(suite, node.bin)
+    assert sorted(e for e in os.listdir(node.bin) if files.BUNDLE_RE.match(e)) == sorted(
+        names[s] for s in (old, node.v1, node.v2))
+    assert files.launcher_bundle(os.path.join(node.bin, "ptp")) == names[node.v2]
+    assert files.launcher_bundle(os.path.join(node.bin, "old-applet")) == names[old]
+
+    r = install(skb, node, v3)
+    assert r.returncode == 0, r.stderr
+    kept = sorted(e for e in os.listdir(node.bin) if files.BUNDLE_RE.match(e))
+    assert kept == sorted([names[v3], names[node.v2], names[old]])   # v1: nothing names it any more
+    assert f"removed {os.path.join(node.bin, names[node.v1])} (no launcher uses it)" in r.stderr
+    os.unlink(os.path.join(node.bin, "old-applet"))
+    r = install(skb, node, v3)
+    assert sorted(e for e in os.listdir(node.bin) if files.BUNDLE_RE.match(e)) == [names[v3]]
+    assert_installed(node, v3)
 
 
 def test_install_repairs_an_altered_bundle_and_a_truncated_launcher(skb, node):
