@@ -75,7 +75,7 @@ def node(tmp_path):
 
 
 def run(skb, *args, env=None, timeout=60):
-    e = {"PATH": os.environ["PATH"]}
+    e = {"PATH": os.environ["PATH"], "SKB_MTU": "1500"}   # the MTU tests below read it from a netns
     e.update(env or {})
     return subprocess.run([skb, *args], env=e, capture_output=True, text=True, timeout=timeout)
 
@@ -86,9 +86,9 @@ def install(skb, node, suite, *extra, env=None, cidr="10.244.1.0/24"):
     return run(skb, *args, env=env)
 
 
-def rendered(cidr):
+def rendered(cidr, mtu="1500"):
     return conflist.conf_bytes(conflist.render(conflist.DEFAULT_TEMPLATE, conflist.template_values(
-        conflist.parse_pod_cidrs(cidr))))
+        conflist.parse_pod_cidrs(cidr), {"MTU": mtu})))
 
 
 def read(path, mode="rb"):
@@ -420,3 +420,166 @@ def test_frozen_suite_installs_itself(tmp_path):
     r = run(os.path.join(dest, "skb"), "uninstall", "--conf-dir", conf, "--purge", "--bin-dir", dest)
     assert r.returncode == 0, r.stderr
     assert os.listdir(dest) == [] and os.listdir(conf) == []
+
+
+# ------------------------------------------------------------------------------------ what the node tells
+
+@pytest.mark.kernel
+def test_mtu_is_the_default_route_interfaces_unless_given(skb, node, make_netns):
+    """In a netns standing for the node: an uplink of MTU 1380 (a veth pair, both ends in that netns) carries
+    the default route, and a second default of a higher metric, MTU 9000, must not win; the conflist gets
+    1380. --mtu and SKB_MTU override it; a netns without a default route gets 1500."""
+    ns = make_netns("mtu")
+    for cmd in (["link", "add", "up0", "mtu", "1380", "type", "veth", "peer", "name", "up0p", "mtu", "1380"],
+                ["link", "set", "up0", "up"], ["link", "set", "up0p", "up"],
+                ["addr", "add", "192.0.2.10/24", "dev", "up0"], ["route", "add", "default", "via", "192.0.2.1"],
+                ["link", "add", "up1", "mtu", "9000", "type", "veth", "peer", "name", "up1p", "mtu", "9000"],
+                ["link", "set", "up1", "up"], ["link", "set", "up1p", "up"],
+                ["addr", "add", "198.51.100.10/24", "dev", "up1"],
+                ["route", "add", "default", "via", "198.51.100.1", "metric", "500"]):
+        subprocess.run(["ip", "-n", ns, *cmd], check=True)
+    mtus = {link["ifname"]: link["mtu"] for link in json.loads(subprocess.run(
+        ["ip", "-n", ns, "-j", "link", "show"], check=True, capture_output=True, text=True).stdout)}
+    assert mtus["up0"] == 1380
+
+    def installed_mtu(*extra, env=None, netns=ns):
+        e = {"PATH": os.environ["PATH"], **(env or {})}
+        cmd = ["install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf, "--pod-cidr",
+               "10.244.1.0/24", *extra]
+        p = subprocess.run((["ip", "netns", "exec", netns] if netns else []) + [skb, *cmd], env=e,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return json.loads(read(os.path.join(node.conf, CONF)))["plugins"][0]["mtu"], p.stderr
+
+    mtu, log = installed_mtu()
+    assert mtu == 1380 and "MTU 1380, from up0" in log
+    assert installed_mtu("--mtu", "1450")[0] == 1450
+    assert installed_mtu(env={"SKB_MTU": "1400"})[0] == 1400
+    bare = make_netns("nomtu")
+    mtu, log = installed_mtu(netns=bare)
+    assert mtu == 1500 and "no default route" in log
+    p = run(skb, "install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf, "--pod-cidr",
+            "10.244.1.0/24", "--mtu", "big")
+    assert p.returncode == 1 and "--mtu 'big': expected a number" in p.stderr
+
+
+class FakeAPI:
+    """A Kubernetes API server on 127.0.0.1 (the sandbox's own loopback) serving GET /api/v1/nodes/NAME over
+    TLS with a certificate for that address, answering from ``nodes`` and recording each request."""
+
+    def __init__(self, tmp_path, token="t0ken"):
+        import http.server
+        import ssl
+        import threading
+        self.dir = tmp_path / "api"
+        self.dir.mkdir()
+        key, crt = self.dir / "key.pem", self.dir / "crt.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                        str(crt), "-days", "2", "-subj", "/CN=kubernetes", "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True)
+        self.sa = tmp_path / "serviceaccount"
+        self.sa.mkdir()
+        (self.sa / "token").write_text(token + "\n")
+        (self.sa / "ca.crt").write_bytes(crt.read_bytes())
+        self.token, self.nodes, self.requests, self.status = token, {}, [], 200
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                api.requests.append((self.path, self.headers.get("Authorization")))
+                name = self.path.rsplit("/", 1)[-1]
+                if self.headers.get("Authorization") != f"Bearer {api.token}" or api.status == 403:
+                    code, body = 403, {"kind": "Status", "reason": "Forbidden"}
+                elif not self.path.startswith("/api/v1/nodes/") or name not in api.nodes:
+                    code, body = 404, {"kind": "Status", "reason": "NotFound"}
+                else:
+                    spec = api.nodes[name]
+                    code, body = 200, {"kind": "Node", "metadata": {"name": name},
+                                       "spec": spec.pop(0) if isinstance(spec, list) and len(spec) > 1 else
+                                       spec[0] if isinstance(spec, list) else spec}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(crt), str(key))
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.server.server_port)}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def api(tmp_path):
+    if not os.environ.get("SKB_SANDBOX"):
+        pytest.skip("the fake API server listens only inside the sandbox (make test)")
+    a = FakeAPI(tmp_path)
+    yield a
+    a.close()
+
+
+@pytest.mark.kernel
+def test_pod_cidrs_from_the_kubernetes_api(skb, node, api):
+    """What the DaemonSet does without kubectl: GET its Node with the ServiceAccount's token over TLS checked
+    against the ServiceAccount's CA, and install the node's spec.podCIDRs (dual stack)."""
+    api.nodes["node-1"] = {"podCIDR": "10.244.7.0/24", "podCIDRs": ["10.244.7.0/24", "fd00:244:7::/64"]}
+    flags = ["--pod-cidr-from-api", "--service-account-dir", str(api.sa)]
+    r = install(skb, node, node.v1, *flags, cidr=None, env={**api.env, "NODE_NAME": "node-1"})
+    assert r.returncode == 0, r.stderr
+    ranges = json.loads(read(os.path.join(node.conf, CONF)))["plugins"][0]["ipam"]["ranges"]
+    assert ranges == [[{"subnet": "10.244.7.0/24"}], [{"subnet": "fd00:244:7::/64"}]]
+    assert api.requests == [("/api/v1/nodes/node-1", "Bearer t0ken")]
+
+    # A node whose CIDR is not allocated yet: asked again until it is.
+    api.nodes["node-2"] = [{}, {"podCIDRs": []}, {"podCIDR": "10.244.9.0/24"}]
+    r = install(skb, node, node.v1, *flags, "--node-name", "node-2", cidr=None, env=api.env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("has no spec.podCIDRs yet") == 2 and "asking again" in r.stderr
+    assert "10.244.9.0/24" in read(os.path.join(node.conf, CONF), "r")
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("case, words", [
+    ("forbidden", ["HTTP 403", "needs get on nodes", "ClusterRole"]),
+    ("no-such-node", ["has no node 'node-x'", "spec.nodeName"]),
+    ("wrong-ca", ["does not verify against"]),
+    ("no-token", ["cannot read the ServiceAccount's token"]),
+    ("no-node-name", ["no node name", "NODE_NAME"]),
+    ("not-in-a-pod", ["KUBERNETES_SERVICE_HOST is not set"]),
+    ("never-allocated", ["has no spec.podCIDRs yet", "--allocate-node-cidrs"]),
+])
+def test_pod_cidrs_from_the_api_failures_are_named(skb, node, api, tmp_path, case, words):
+    api.nodes["node-1"] = {}
+    env, flags = {**api.env, "NODE_NAME": "node-1"}, ["--pod-cidr-from-api", "--service-account-dir", str(api.sa),
+                                                       "--api-wait", "0"]
+    if case == "forbidden":
+        api.status = 403
+    elif case == "no-such-node":
+        env["NODE_NAME"] = "node-x"
+    elif case == "wrong-ca":
+        other = tmp_path / "other.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k"),
+                        "-out", str(other), "-days", "2", "-subj", "/CN=other"], check=True, capture_output=True)
+        (api.sa / "ca.crt").write_bytes(other.read_bytes())
+    elif case == "no-token":
+        (api.sa / "token").unlink()
+    elif case == "no-node-name":
+        env["NODE_NAME"] = ""
+    elif case == "not-in-a-pod":
+        env = {"NODE_NAME": "node-1"}
+    r = install(skb, node, node.v1, *flags, cidr=None, env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(node.conf, CONF))
