@@ -197,10 +197,13 @@ def uninstall_config(conf_dir, conf_name, network=None, force=False, log=print):
 
 DEFAULT_NETWORK = "skb"
 # The conflist written when no --template is given; deploy/10-skb.conflist.template is the same text
-# (tests/unit/test_installer.py keeps them equal).
+# (tests/unit/test_installer.py keeps them equal). cniVersions offers 1.1.0 (STATUS, GC) to a libcni that
+# knows it (v1.2 on: containerd 2, CRI-O); older ones (containerd 1.6/1.7, podman 4) ignore the key and
+# use cniVersion, 1.0.0: they reject a 1.1.0 result ("unsupported CNI result version").
 DEFAULT_TEMPLATE = """\
 {
-  "cniVersion": "1.1.0",
+  "cniVersion": "1.0.0",
+  "cniVersions": ["1.0.0", "1.1.0"],
   "name": "skb",
   "plugins": [
     {

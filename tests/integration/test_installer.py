@@ -17,6 +17,7 @@ import pytest
 
 from skb.install import conflist
 from skb.install import files
+from tests.fake_kube_api import FakeAPI
 from tests.helpers import cni_env, run_plugin
 
 APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")
@@ -463,68 +464,11 @@ def test_mtu_is_the_default_route_interfaces_unless_given(skb, node, make_netns)
     assert p.returncode == 1 and "--mtu 'big': expected a number" in p.stderr
 
 
-class FakeAPI:
-    """A Kubernetes API server on 127.0.0.1 (the sandbox's own loopback) serving GET /api/v1/nodes/NAME over
-    TLS with a certificate for that address, answering from ``nodes`` and recording each request."""
-
-    def __init__(self, tmp_path, token="t0ken"):
-        import http.server
-        import ssl
-        import threading
-        self.dir = tmp_path / "api"
-        self.dir.mkdir()
-        key, crt = self.dir / "key.pem", self.dir / "crt.pem"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                        str(crt), "-days", "2", "-subj", "/CN=kubernetes", "-addext", "subjectAltName=IP:127.0.0.1"],
-                       check=True, capture_output=True)
-        self.sa = tmp_path / "serviceaccount"
-        self.sa.mkdir()
-        (self.sa / "token").write_text(token + "\n")
-        (self.sa / "ca.crt").write_bytes(crt.read_bytes())
-        self.token, self.nodes, self.requests, self.status = token, {}, [], 200
-        api = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                api.requests.append((self.path, self.headers.get("Authorization")))
-                name = self.path.rsplit("/", 1)[-1]
-                if self.headers.get("Authorization") != f"Bearer {api.token}" or api.status == 403:
-                    code, body = 403, {"kind": "Status", "reason": "Forbidden"}
-                elif not self.path.startswith("/api/v1/nodes/") or name not in api.nodes:
-                    code, body = 404, {"kind": "Status", "reason": "NotFound"}
-                else:
-                    spec = api.nodes[name]
-                    code, body = 200, {"kind": "Node", "metadata": {"name": name},
-                                       "spec": spec.pop(0) if isinstance(spec, list) and len(spec) > 1 else
-                                       spec[0] if isinstance(spec, list) else spec}
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(str(crt), str(key))
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.server.server_port)}
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def api(tmp_path):
     if not os.environ.get("SKB_SANDBOX"):
         pytest.skip("the fake API server listens only inside the sandbox (make test)")
-    a = FakeAPI(tmp_path)
+    a = FakeAPI(str(tmp_path))
     yield a
     a.close()
 
@@ -534,7 +478,7 @@ def test_pod_cidrs_from_the_kubernetes_api(skb, node, api):
     """What the DaemonSet does without kubectl: GET its Node with the ServiceAccount's token over TLS checked
     against the ServiceAccount's CA, and install the node's spec.podCIDRs (dual stack)."""
     api.nodes["node-1"] = {"podCIDR": "10.244.7.0/24", "podCIDRs": ["10.244.7.0/24", "fd00:244:7::/64"]}
-    flags = ["--pod-cidr-from-api", "--service-account-dir", str(api.sa)]
+    flags = ["--pod-cidr-from-api", "--service-account-dir", api.sa]
     r = install(skb, node, node.v1, *flags, cidr=None, env={**api.env, "NODE_NAME": "node-1"})
     assert r.returncode == 0, r.stderr
     ranges = json.loads(read(os.path.join(node.conf, CONF)))["plugins"][0]["ipam"]["ranges"]
@@ -561,7 +505,7 @@ def test_pod_cidrs_from_the_kubernetes_api(skb, node, api):
 ])
 def test_pod_cidrs_from_the_api_failures_are_named(skb, node, api, tmp_path, case, words):
     api.nodes["node-1"] = {}
-    env, flags = {**api.env, "NODE_NAME": "node-1"}, ["--pod-cidr-from-api", "--service-account-dir", str(api.sa),
+    env, flags = {**api.env, "NODE_NAME": "node-1"}, ["--pod-cidr-from-api", "--service-account-dir", api.sa,
                                                        "--api-wait", "0"]
     if case == "forbidden":
         api.status = 403
@@ -571,9 +515,10 @@ def test_pod_cidrs_from_the_api_failures_are_named(skb, node, api, tmp_path, cas
         other = tmp_path / "other.pem"
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k"),
                         "-out", str(other), "-days", "2", "-subj", "/CN=other"], check=True, capture_output=True)
-        (api.sa / "ca.crt").write_bytes(other.read_bytes())
+        with open(os.path.join(api.sa, "ca.crt"), "wb") as f:
+            f.write(other.read_bytes())
     elif case == "no-token":
-        (api.sa / "token").unlink()
+        os.unlink(os.path.join(api.sa, "token"))
     elif case == "no-node-name":
         env["NODE_NAME"] = ""
     elif case == "not-in-a-pod":

@@ -65,7 +65,7 @@ def test_render_default_template():
     conf = conflist.render(conflist.DEFAULT_TEMPLATE,
                             conflist.template_values(conflist.parse_pod_cidrs("10.244.1.0/24 fd00::/64"),
                                                      {"MTU": "1460"}))
-    assert conf["cniVersion"] == "1.1.0" and conf["plugins"][0]["mtu"] == 1460
+    assert conf["cniVersions"] == ["1.0.0", "1.1.0"] and conf["plugins"][0]["mtu"] == 1460
     assert conf["name"] == conflist.DEFAULT_NETWORK == "skb"
     assert [p["type"] for p in conf["plugins"]] == ["ptp", "loopback"]
     ipam = conf["plugins"][0]["ipam"]
@@ -246,14 +246,14 @@ def test_daemonset_args_are_skb_install_options():
     args = _install_args(text, "install-cni")
     opts = build_parser().parse_args(["install", "--from", "/opt/skb-cni/bin"] + args)
     assert opts.bin_dir == "/host/opt/cni/bin" and opts.conf_dir == "/host/etc/cni/net.d"
-    assert opts.pod_cidr_file == "/run/skb/pod-cidrs" and opts.wait
+    assert opts.pod_cidr_from_api and opts.wait
     assert opts.template == "/etc/skb-cni/10-skb.conflist.template"
     # the volumes those paths live on
     for mount in ("mountPath: /host/opt/cni/bin", "mountPath: /host/etc/cni/net.d", "mountPath: /etc/skb-cni",
-                  "mountPath: /run/skb", "path: /opt/cni/bin", "path: /etc/cni/net.d"):
+                  "path: /opt/cni/bin", "path: /etc/cni/net.d"):
         assert mount in text
-    assert "jsonpath='{.spec.podCIDRs[*]}' > /run/skb/pod-cidrs" in text
-    assert "name: SKB_UNINSTALL_ON_STOP" in text
+    for env in ("NODE_NAME", "SKB_MTU", "SKB_UNINSTALL_ON_STOP"):
+        assert f"name: {env}" in text
 
 
 def test_containerfile_entrypoint_and_cmd_are_skb_install_options():
@@ -265,7 +265,8 @@ def test_containerfile_entrypoint_and_cmd_are_skb_install_options():
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", joined, re.M).group(1))
     assert entry[:2] == ["/opt/skb-cni/bin/skb", "install"]
     opts = build_parser().parse_args(entry[1:] + cmd)
-    assert opts.source == "/opt/skb-cni/bin" and opts.wait
+    assert opts.source == "/opt/skb-cni/bin" and opts.wait and opts.pod_cidr_from_api
+    assert "COPY LICENSE /opt/skb-cni/LICENSE" in text
     assert opts.template == "/opt/skb-cni/10-skb.conflist.template"
     assert "COPY deploy/10-skb.conflist.template /opt/skb-cni/10-skb.conflist.template" in text
     assert shlex.split("COPY dist/bin/ /opt/skb-cni/bin/")[1] in text
