@@ -53,7 +53,8 @@ drained node. Another network's file at the same path is kept unless --force.
 
 examples:
   skb uninstall
-  skb uninstall --conf-dir /host/etc/cni/net.d --purge --bin-dir /host/opt/cni/bin"""
+  skb uninstall --conf-dir /host/etc/cni/net.d --purge --bin-dir /host/opt/cni/bin
+  skb uninstall --purge --keep-config      # before installing the Go plugins, which read the same config"""
 
 
 def default_source():
@@ -113,6 +114,9 @@ def add_parsers(sub, raw, parents):
                    help=f"the name of our network in that file (default: {DEFAULT_NETWORK})")
     u.add_argument("--force", action="store_true", help="remove the file even if it holds another network")
     u.add_argument("--purge", action="store_true", help="remove the launchers and the bundle too")
+    u.add_argument("--keep-config", action="store_true",
+                   help="with --purge: remove the suite only (going back to the Go plugins, which read the "
+                        "same config)")
     u.add_argument("-q", "--quiet", action="store_true", help="print errors only")
     u.set_defaults(func=cmd_uninstall)
 
@@ -225,7 +229,8 @@ def _conf_current(opts, conf):
 def cmd_uninstall(opts):
     log = _log(opts)
     try:
-        uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
+        if not (opts.keep_config and opts.purge):
+            uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
         if opts.purge:
             uninstall_suite(opts.bin_dir, APPLETS, log=log)
         return 0
