@@ -7,8 +7,8 @@
  *   <bundle>/lib/ld-linux-x86-64.so.2 --library-path <bundle>/lib:<bundle>/_internal --inhibit-cache
  *       --argv0 <bundle>/skb-cni <bundle>/skb-cni <applet> [args...]
  *
- * where <bundle> is <own dir>/<the bundle dir named in this launcher> (see find_bundle) and <applet> is the
- * launcher's own basename.
+ * where <bundle> is realpath(<own dir>/.skb), or while .skb is missing the bundle dir named in this
+ * launcher (see find_bundle), and <applet> is the launcher's own basename.
  *
  * Why each piece:
  * - The bundle ships its own glibc and loader (copied from the build host), and we start the PyInstaller
@@ -607,19 +607,20 @@ out:
  * empty in an unstaged build). Not const, not static: the compiler must read it at run time. */
 char bundle_slot[sizeof(BUNDLE_MARK) + 96] = BUNDLE_MARK;
 
-/* <dir>/<our bundle> into bundle (realpath). The launcher names its bundle itself rather than following
- * <dir>/.skb: tar, extracting a newer release over an install, unlinks that link before it creates the new
- * one, and a call starting in between would find no bundle. Each launcher is extracted after the bundle it
- * names, so it never starts a half-extracted one. An unstaged launcher, or one whose bundle was removed,
- * follows .skb. */
+/* realpath(<dir>/.skb) into bundle, else realpath(<dir>/<the bundle this launcher names>). tar, extracting
+ * a newer release over an install, unlinks .skb before it makes the new link: a call starting in between
+ * starts the bundle its launcher names instead, which tar never removes (and tar writes each launcher
+ * only after the bundle it names). link is left holding the .skb path, for the error message. */
 static int find_bundle(const char *dir, char *link, size_t size, char *bundle)
 {
     const char *name = bundle_slot + sizeof(BUNDLE_MARK) - 1;
+    char own[PATH_MAX] = "";
     link[0] = 0;
-    if (*name && cat(link, size, dir, "/", name, NULL) && realpath(link, bundle))
+    if (!cat(link, size, dir, "/" BUNDLE_LINK, NULL))
+        return 0;
+    if (realpath(link, bundle))
         return 1;
-    link[0] = 0;
-    return cat(link, size, dir, "/" BUNDLE_LINK, NULL) && realpath(link, bundle);
+    return *name && cat(own, sizeof(own), dir, "/", name, NULL) && realpath(own, bundle);
 }
 
 int main(int argc, char **argv)
