@@ -8,7 +8,8 @@
 A staged (and installed) bin dir::
 
     loopback, skb, ...        the static launcher, one copy per applet of skb/applets.py, each naming
-                              the bundle dir it starts (written into it here: see build/launcher.c)
+                              its bundle dir (written into it here), which it starts while .skb is
+                              missing (see build/launcher.c)
     .skb -> .skb-<version>-<hash>
     .skb-<version>-<hash>/
         skb-cni               PyInstaller bootloader + PKG archive (the Python code, in one PYZ)
@@ -231,9 +232,10 @@ def source_date_epoch():
 
 def dist(args):
     """The tarball holds the bin dir exactly as installed, plus LICENSE, NOTICE and README.md: extracting it
-    into /opt/cni/bin is an install. Entries are ordered bundle, link, launchers: each launcher names its
-    own bundle, which an extraction has completed before it writes the launcher (GNU tar replaces each
-    existing file by unlinking it and writing a new one, and a link by unlinking it first). The same
+    into /opt/cni/bin is an install. Entries are ordered bundle, link, launchers: an extraction completes
+    the bundle before the link names it, and each launcher after the bundle it names (GNU tar replaces an
+    existing file by unlinking it and writing a new one, a link by unlinking it first: while .skb is
+    missing, a launcher starts the bundle it names). The same
     staged dir and commit give the same bytes: fixed mtimes (the commit's time), owners, modes and order.
     Writes <tarball>.sha256 and .sha512 beside it, in sha256sum's format, as upstream publishes them."""
     src = os.path.abspath(args.src)

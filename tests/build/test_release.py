@@ -6,9 +6,10 @@ no call in flight notices.
 What GNU tar does when it extracts over an existing file (observed with strace, tar 1.34 and 1.35): a
 regular file is opened O_CREAT|O_EXCL, and on EEXIST the old one is unlinked and a new one created and
 written; a symlink is made with symlinkat, and on EEXIST the old one is unlinked first. So for a moment
-each name is missing, and nothing makes that atomic. A launcher therefore names its own bundle dir
-(written into it when the suite is staged) instead of following .skb: the new bundle, under a new name,
-is complete before tar writes the first launcher that names it, and an old launcher's bundle stays.
+each name is missing, and nothing makes that atomic. A launcher therefore also names its own bundle dir
+(written into it when the suite is staged) and starts that one while .skb is missing: tar completes the
+new bundle, under a new name, before it makes the link or writes a launcher naming it, and never removes
+the old one.
 
 SKB_BIN_DIR names an installed bin dir (tests/run builds and installs one into a temp dir).
 """
@@ -153,7 +154,7 @@ def _version(exe):
 
 def test_a_launcher_needs_no_skb_link(installed, tmp_path):
     """What a call sees while tar has unlinked .skb and not yet made the new one: each launcher starts the
-    bundle it names. One that follows .skb (the launcher before this change) fails right there."""
+    bundle it names. One that names none (the launcher before this change) fails right there."""
     bin_dir = tmp_path / "bin"
     _release(installed, str(bin_dir), "a" * 12)
     os.unlink(bin_dir / ".skb")
