@@ -22,8 +22,8 @@ MAX_BODY = 4 << 20          # a Node object is a few KB; managedFields can make 
 DEFAULT_MTU = 1500
 
 
-class NotYet(InstallError):
-    """The API answered, but the node has no pod CIDR yet (worth waiting for)."""
+class Retry(InstallError):
+    """Worth asking again: the API cannot be reached (yet), or the node has no pod CIDR yet."""
 
 
 def _read(path, what):
@@ -66,7 +66,7 @@ def get_node(name, sa_dir=SA_DIR, environ=os.environ, timeout=10.0):
     except ssl.SSLCertVerificationError as e:
         raise InstallError(f"{where}: its certificate does not verify against {ca}: {e.verify_message}") from None
     except (OSError, http.client.HTTPException) as e:
-        raise InstallError(f"cannot reach {where}: {getattr(e, 'strerror', None) or e}") from None
+        raise Retry(f"cannot reach {where}: {getattr(e, 'strerror', None) or e}") from None
     finally:
         conn.close()
     if resp.status in (401, 403):
@@ -98,7 +98,7 @@ def pod_cidrs_of(node, name):
     if not all(isinstance(c, str) for c in cidrs):
         raise InstallError(f"node {name!r}: spec.podCIDRs is not a list of strings")
     if not cidrs:
-        raise NotYet(f"node {name!r} has no spec.podCIDRs yet: is kube-controller-manager run with "
+        raise Retry(f"node {name!r} has no spec.podCIDRs yet: is kube-controller-manager run with "
                      "--allocate-node-cidrs (kubeadm: --pod-network-cidr)?")
     return " ".join(cidrs)
 
@@ -115,9 +115,8 @@ def node_pod_cidrs(name, sa_dir=SA_DIR, environ=os.environ, wait=300.0, log=None
     while True:
         try:
             return pod_cidrs_of(get_node(name, sa_dir, environ), name)
-        except InstallError as e:
-            retry = isinstance(e, NotYet) or str(e).startswith("cannot reach")
-            if not retry or time.monotonic() + delay > deadline:
+        except Retry as e:
+            if time.monotonic() + delay > deadline:
                 raise
             if log:
                 log(f"install: {e}; asking again in {delay:g}s")

@@ -183,8 +183,9 @@ def _cmd_run(opts):
         cni, conf_dir = runner_from(opts)
         if verb in ("add", "check", "del") and not opts.netns:
             return fail(prog, "NETNS is required: a netns path such as /run/netns/blue (skb netns add blue)", opts)
-        if verb in ("add", "check") and missing_netns(opts.netns):
-            return fail(prog, missing_netns(opts.netns), opts)
+        missing = missing_netns(opts.netns) if verb in ("add", "check") else None
+        if missing:
+            return fail(prog, missing, opts)
         netconf = libcni.load_network(conf_dir, opts.network)
         rt = runtime_conf_from(opts)
         if verb == "add":
