@@ -83,7 +83,7 @@ def parse_conf(conf, command="ADD"):
     if command in ("DEL", "GC"):
         # Cleaning up needs only the IPAM plugin and whether rules may exist: a config edited into an
         # invalid mtu or dns since ADD must not make DEL fail forever and leak the veth and the address.
-        return PtpConf(raw.get("ipMasq") is True)
+        return PtpConf(config.lookup_default(raw, "ipMasq") is True)
     ip_masq = config.get(raw, "ipMasq", bool, "", default=False)
     backend = config.get(raw, "ipMasqBackend", str, "", default=None)
     if ip_masq and command != "DEL":   # DEL tears down both backends whatever the configuration says

@@ -26,15 +26,32 @@ def _describe(value):
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
+# Go's decoder compares keys with Unicode simple case folding: besides ASCII case, the Kelvin sign
+# (U+212A) folds to "k" and the long s (U+017F) to "s"; no other character folds to an ASCII letter.
+_GO_FOLD = {"\u212a": "k", "\u017f": "s"}
+_MISSING = object()
+
+
+def fold(key):
+    """``key`` folded as Go's decoder folds object keys to match a field (for our ASCII field names)."""
+    if key.isascii():
+        return key.lower()
+    return "".join(_GO_FOLD.get(c) or (c.lower() if c.isascii() else c) for c in key)
+
+
 def lookup(obj, key):
-    """``obj[key]``, else the value of a key equal ignoring case (Go's decoder), else KeyError."""
-    if key in obj:
+    """The value of the key of ``obj`` that Go's decoder would read for the field ``key``: keys are matched
+    with case folding, and of several spellings the last one wins. KeyError when none matches."""
+    if key in obj and len(obj) == 1:
         return obj[key]
-    low = key.lower()
+    want = fold(key)
+    found = _MISSING
     for k, v in obj.items():
-        if k.lower() == low:
-            return v
-    raise KeyError(key)
+        if isinstance(k, str) and fold(k) == want:
+            found = v
+    if found is _MISSING:
+        raise KeyError(key)
+    return found
 
 
 def lookup_default(obj, key, default=None):
