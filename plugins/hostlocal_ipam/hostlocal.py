@@ -81,6 +81,8 @@ def _data_dir(conf):
 
 
 def cmd_del(args, conf):
+    if len(conf.name) > cfg.MAX_NAME:   # no ADD could make a directory of that name: nothing to release
+        return
     cid, ifname = args.container_id, args.ifname
     with Store(_data_dir(conf), conf.name) as store:
         owner = (cid, ifname)
@@ -123,6 +125,8 @@ def cmd_status(args, conf):
 def cmd_gc(args, conf):
     valid = cfg.valid_attachments(conf)
     if valid is None:  # no list is not "nothing is valid": releasing everything would be a disaster
+        return
+    if len(conf.name) > cfg.MAX_NAME:   # (see cmd_del)
         return
     valid_ids = {cid for cid, _ in valid}
     with Store(_data_dir(conf), conf.name) as store:

@@ -183,6 +183,10 @@ def build_result(conf, ipam_result, host, cont, sandbox, dns):
 def cmd_add(args, conf):
     pc = parse_conf(conf)
     stdin = ipam.stdin_of(conf)
+    if pc.ip_masq:                        # before anything: a backend that cannot record the rules whole
+        from skb.linux import masq
+        pc.masq_backend = masq.choose(pc.masq_backend)
+        masq.check_fits(conf.name, args.container_id, pc.masq_backend)
     ns = guard.open_target(args)          # before IPAM: a bad netns costs no address
     with ns:
         undo = UndoStack()
@@ -216,7 +220,7 @@ def _add(args, conf, pc, stdin, ns, undo):
     if pc.ip_masq:
         from skb.linux import masq
         m = masq.Masq(conf.name, args.ifname, args.container_id, [(a.ip, a.subnet, a.family) for a in addrs])
-        undo_masq = masq.setup(m, masq.choose(pc.masq_backend))
+        undo_masq = masq.setup(m, pc.masq_backend)
         if undo_masq is not None:
             undo.push("remove the masquerade rules", undo_masq)
     _enable_forwarding(addrs)             # last: a failed ADD never changes it

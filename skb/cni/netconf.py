@@ -186,6 +186,19 @@ def check_version(conf, command):
                        f'{command} needs cniVersion "{needs}" or later; the config has "{v}"')
 
 
+# A network's name is host-local's directory (<dataDir>/<name>: at most 255 bytes on Linux) and part of
+# ptp's masquerade comments: ADD and CHECK refuse a longer one before anything is applied, the other
+# commands take it (a DEL must never block cleanup; nothing can have been made under such a name).
+MAX_NAME = 255
+
+
+def check_name_length(conf, command):
+    if len(conf.name) > MAX_NAME and command in ("ADD", "CHECK"):
+        raise CNIError(INVALID_CONFIG, f"invalid field name: longer than {MAX_NAME} characters",
+                       f"it has {len(conf.name)}; a network name names a directory, so it is at most {MAX_NAME} "
+                       "characters")
+
+
 def valid_attachments(conf):
     """The attachments a GC call says are still valid, as {(containerID, ifname)}, or None when the call
     carries no list at all (cnitool's gc): None means "say nothing", never "nothing is valid".

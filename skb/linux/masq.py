@@ -21,7 +21,7 @@ import os
 
 from skb.linux import proc
 from skb.cni.digest import sha512_hex
-from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG, INVALID_ENV
 
 IPTABLES, NFTABLES = "iptables", "nftables"
 BACKENDS = (IPTABLES, NFTABLES)
@@ -43,6 +43,25 @@ def _go_quote(s):
 def iptables_comment(network, container_id):
     """``name: "<network>" id: "<containerID>"`` (Go's %q)."""
     return f"name: {_go_quote(network)} id: {_go_quote(container_id)}"
+
+
+# iptables keeps at most 255 characters of a comment and cuts the rest silently: CHECK and GC, which read
+# the comment back, would then no longer recognise the attachment's rules.
+IPTABLES_COMMENT_MAX = 255
+
+
+def check_fits(network, container_id, backend):
+    """Refuse (code 4, before anything is applied) an attachment whose rules the backend cannot record
+    whole: with iptables, the comment naming the network and the container id."""
+    if backend != IPTABLES:
+        return
+    n = len(iptables_comment(network, container_id))
+    if n > IPTABLES_COMMENT_MAX:
+        raise CNIError(INVALID_ENV, f"CNI_CONTAINERID is too long for ipMasq with iptables: the rules' comment "
+                                    f"would be {n} characters, iptables keeps {IPTABLES_COMMENT_MAX}",
+                       f'the comment is name: "<network>" id: "<container id>" ({len(network)} and '
+                       f"{len(container_id)} characters); set ipMasqBackend to \"nftables\", or use a shorter "
+                       "network name")
 
 
 def nft_network_hash(network):

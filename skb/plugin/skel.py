@@ -152,6 +152,7 @@ def run(plugin, environ, stdin):
             raise CNIError(INVALID_ENV, f"unknown CNI_COMMAND: {args.command}",
                            f"CNI_COMMAND must be one of {', '.join(env.COMMANDS)} (upper case)")
         config.check_version(conf, args.command)
+        config.check_name_length(conf, args.command)
         if conf.debug_log:
             _check_debug_log(conf, args.command, out)
         if callback is not None:
