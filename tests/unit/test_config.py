@@ -56,7 +56,16 @@ def test_get_is_typed_and_case_insensitive_like_go():
 
 @pytest.mark.parametrize("version", config.SUPPORTED_VERSIONS)
 def test_supported_versions_accepted_for_add(version):
-    config.check_version(config.parse(b'{"name":"n","cniVersion":"%s"}' % version.encode()), "ADD")
+    """Each version is read as given and passes the ADD gate: a plugin run through skel answers in it."""
+    from skb.cni.result import IPConfig, Result
+    from skb.plugin import skel
+    conf = config.parse(b'{"name":"n","cniVersion":"%s"}' % version.encode())
+    assert conf.cni_version == version and config.check_version(conf, "ADD") is None
+    plugin = skel.Plugin("t", "t", add=lambda *a: Result(version, ips=[IPConfig("10.1.0.2/24")]),
+                         delete=None, check=None)
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0", "CNI_PATH": "/x"}
+    out = skel.run(plugin, env, b'{"name":"n","cniVersion":"%s"}' % version.encode())
+    assert out.code == 0 and json.loads(out.stdout)["cniVersion"] == version, out.stdout
 
 
 @pytest.mark.parametrize("version", ["1.1", "0.5.0", "2.0.0", "0.1"])
