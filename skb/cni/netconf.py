@@ -5,25 +5,13 @@ what was found and what was expected. Go's decoder matches keys case-insensitive
 so ``get`` falls back to a case-insensitive match to stay drop-in compatible with existing configs.
 """
 from skb.cni import jsonio
-from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
+from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG, describe as _describe
 from skb.cni.env import valid_name
 
 from skb.cni.versions import LATEST, SUPPORTED_VERSIONS  # noqa: F401 (re-exported)
 
 _TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", dict: "an object",
                list: "a list"}
-
-
-def _describe(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return f"the string {jsonio.dumps(value)}"
-    return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 # Go's decoder compares keys with Unicode simple case folding: besides ASCII case, the Kelvin sign

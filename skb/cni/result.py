@@ -39,6 +39,7 @@ Values are immutable and hashable; derive changed copies with ``replace(field=..
 from skb.cni.addr import parse_text as _ip
 from skb.cni.netconf import LATEST, SUPPORTED_VERSIONS  # one list of versions for the suite
 from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
+from skb.cni.errors import describe as _describe, quote as _quote
 
 # Go's result packages: a result can be read only by its family's parser (docs/REFERENCE.md#version-families).
 _FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",
@@ -91,31 +92,6 @@ def version_family(v):
 
 # ---------------------------------------------------------------------------------------------------
 # field checks shared by the parser (JSON paths, code 6) and the constructors (Class.field, code 7)
-
-def _quote(s):
-    if len(s) > 80:
-        s = s[:77] + "..."
-    return '"' + "".join(c if c.isprintable() and c not in '"\\' else
-                         ("\\" + c if c in '"\\' else f"\\u{ord(c):04x}") for c in s) + '"'
-
-
-def _describe(v):
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int) and v.bit_length() > 64:
-        return "a number too large for 64 bits"
-    if isinstance(v, (int, float)):
-        return f"the number {v!r}"
-    if isinstance(v, str):
-        return f"the string {_quote(v)}"
-    if isinstance(v, dict):
-        return "an object"
-    if isinstance(v, (list, tuple)):
-        return "a list"
-    return type(v).__name__
-
 
 def _wrong(path, expected, v, code):
     return CNIError(code, f"{path}: expected {expected}, found {_describe(v)}")

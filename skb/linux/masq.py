@@ -21,7 +21,7 @@ import os
 
 from skb.linux import proc
 from skb.cni.digest import sha512_hex
-from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG, INVALID_ENV
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG, INVALID_ENV, go_quote
 
 IPTABLES, NFTABLES = "iptables", "nftables"
 BACKENDS = (IPTABLES, NFTABLES)
@@ -36,13 +36,9 @@ def chain_name(network, container_id):
     return "CNI-" + sha512_hex(network + container_id)[:24]
 
 
-def _go_quote(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def iptables_comment(network, container_id):
     """``name: "<network>" id: "<containerID>"`` (Go's %q)."""
-    return f"name: {_go_quote(network)} id: {_go_quote(container_id)}"
+    return f"name: {go_quote(network)} id: {go_quote(container_id)}"
 
 
 # iptables keeps at most 255 characters of a comment and cuts the rest silently: CHECK and GC, which read
@@ -95,7 +91,7 @@ def backend_from_config(value):
     """The ``ipMasqBackend`` value checked: None (choose), "iptables" or "nftables"."""
     if value is None or value in BACKENDS:
         return value
-    raise CNIError(INVALID_CONFIG, f"unknown ipmasq backend {_go_quote(value)}",
+    raise CNIError(INVALID_CONFIG, f"unknown ipmasq backend {go_quote(value)}",
                    'set ipMasqBackend to "iptables" or "nftables", or leave it out')
 
 
@@ -166,7 +162,7 @@ def iptables_rules(m, family):
     ACCEPT rules for every subnet come before the MASQUERADE rule (the reference appends them in address
     order, so a second subnet's ACCEPT lands after MASQUERADE and never matches)."""
     chain = chain_name(m.network, m.container_id)
-    c = "--comment " + _go_quote(iptables_comment(m.network, m.container_id))
+    c = "--comment " + go_quote(iptables_comment(m.network, m.container_id))
     addrs = [a for a in m.addrs if a[2] == family]
     body, seen = [], set()
     for _ip, subnet, _f in addrs:

@@ -16,8 +16,8 @@ shape this module:
   ``skb.linux.guard`` (the policy) refuses it *before* anything changes (Go's skel only notices after the
   damage: docs/REFERENCE.md#network-namespaces).
 
-Only C modules are imported here: this module is loaded on every plugin call. ``_ctypes`` (for ``setns``
-on Python 3.11, which lacks ``os.setns``) is loaded on the first ``enter()``.
+Only C modules are imported here: this module is loaded on every plugin call. ``skb.linux.libc`` (for
+``setns`` on Python 3.11, which lacks ``os.setns``) is loaded on the first ``enter()``.
 """
 import errno
 import os
@@ -217,29 +217,12 @@ def _setns(fd, nstype):
     if hasattr(os, "setns"):        # Python >= 3.12
         _setns = os.setns
     else:
-        _setns = _libc_setns()
+        # Local import, on Python 3.11 only (it lacks os.setns) and on the first enter(): skb.linux.libc
+        # loads _ctypes (~0.5 ms; ``import ctypes`` would cost ~3 ms), which calls that never enter a
+        # namespace do not need.
+        from skb.linux import libc
+        _setns = libc.function("setns", "int", "int", "int")
     _setns(fd, nstype)
-
-
-def _libc_setns():
-    """setns(2) from libc through _ctypes (the C module: ``import ctypes`` costs ~3 ms, this ~0.5 ms)."""
-    import _ctypes
-
-    class _Int(_ctypes._SimpleCData):
-        _type_ = "i"
-
-    class _Func(_ctypes.CFuncPtr):
-        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-        _restype_ = _Int
-        _argtypes_ = (_Int, _Int)
-
-    func = _Func(_ctypes.dlsym(_ctypes.dlopen(None), "setns"))
-
-    def setns(fd, nstype):
-        if func(fd, nstype) != 0:
-            err = _ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-    return setns
 
 
 def _ns_kind(fd):
@@ -262,9 +245,10 @@ def _describe(fd, kind):
     """What an open file is, for messages: 'a mnt namespace', 'a regular file on ext4', ..."""
     if kind:
         return f"a {kind} namespace"
+    # Local import, on this error path only: skb.linux.files is not loaded by a plugin call that names no file.
+    from skb.linux.files import kind_name
     st = os.fstat(fd)
-    what = {0o100000: "a regular file", 0o040000: "a directory", 0o020000: "a character device",
-            0o060000: "a block device", 0o010000: "a FIFO", 0o140000: "a socket"}.get(st.st_mode & 0o170000, "a file")
+    what = kind_name(st.st_mode)
     if what == "a regular file" and st.st_size == 0:
         what = "an empty regular file (nothing is mounted on it: a deleted namespace?)"
     fstype = _fs_type(st.st_dev)

@@ -286,9 +286,12 @@ def _write_fd(fd, text):
     """Write all of ``text`` to ``fd`` as UTF-8 (whatever the locale says); False if it cannot be."""
     data = text.encode("utf-8", "replace")
     try:
-        while data:
-            n = os.write(fd, data)
-            data = data[n:]
+        n = os.write(fd, data)
+        if n < len(data):
+            # Local import, only when a pipe took part of the answer (one a few KiB long rarely is):
+            # skb.linux.files is otherwise not loaded by a call that names no file.
+            from skb.linux.files import write_all
+            write_all(fd, data[n:])
     except OSError:
         return False
     return True

@@ -49,7 +49,7 @@ def test_get_is_typed_and_case_insensitive_like_go():
     assert config.get(obj, "dataDir", str, "ipam") == "/x"
     assert config.get(obj, "mtu", int, "") == 1400
     assert config.get(obj, "absent", int, "", default=7) == 7
-    assert err(config.get, obj, "flag", int, "").msg == "invalid field flag: expected an integer, found a boolean"
+    assert err(config.get, obj, "flag", int, "").msg == "invalid field flag: expected an integer, found true"
     assert "ipam.n" in err(config.get, obj, "n", int, "ipam").msg
     assert err(config.get, obj, "absent", str, "ipam", None, True).msg == "missing field ipam.absent"
 
