@@ -37,7 +37,7 @@ Values are immutable and hashable; derive changed copies with ``replace(field=..
 """
 
 from skb.cni.addr import parse_text as _ip
-from skb.cni.netconf import LATEST, SUPPORTED_VERSIONS  # one list of versions for the suite
+from skb.cni.netconf import LATEST, SUPPORTED_VERSIONS, fold  # one list of versions for the suite
 from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
 from skb.cni.errors import describe as _describe, quote as _quote
 
@@ -488,11 +488,10 @@ class Result(_Value):
 # parsing
 
 def _fields(obj, path):
-    """The object's keys folded to lower case (Go's decoder matches keys case-insensitively; the last
-    matching key wins)."""
+    """The object's keys folded as Go's decoder folds them to match a field (the last matching key wins)."""
     if not isinstance(obj, dict):
         raise _wrong(path, "an object", obj, DECODE)
-    return {k.lower(): v for k, v in obj.items() if isinstance(k, str)}
+    return {k.lower() if k.isascii() else fold(k): v for k, v in obj.items() if isinstance(k, str)}
 
 
 def _list(v, path):

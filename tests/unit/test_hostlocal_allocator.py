@@ -2,7 +2,7 @@
 import pytest
 
 from skb.cni.addr import IP
-from skb.cni.netconf import NetConf
+from skb.cni import netconf
 from skb.cni.errors import CNIError
 from skb_plugins.hostlocal_ipam import config as hcfg
 from skb_plugins.hostlocal_ipam.allocator import allocate, candidates
@@ -36,9 +36,8 @@ class FakeStore:
 
 
 def rset(*ranges, version="1.0.0"):
-    conf = NetConf({"name": "n", "cniVersion": version, "ipam": {"ranges": [list(ranges)]}})
-    conf.cni_version = version
-    return hcfg.parse(conf, "", "ADD").range_sets[0]
+    raw = {"name": "n", "cniVersion": version, "ipam": {"ranges": [list(ranges)]}}
+    return netconf.load(raw, hcfg.HostLocalConf).range_sets[0]
 
 
 def order(rs, last=None, n=None):
