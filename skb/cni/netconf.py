@@ -13,7 +13,7 @@ from skb.cni import jsonio
 from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG, UNSUPPORTED_FIELD, describe
 from skb.cni.env import valid_name
 
-from skb.cni.versions import LATEST, SUPPORTED_VERSIONS  # noqa: F401 (re-exported)
+from skb.cni.versions import LATEST, SUPPORTED_VERSIONS, check_version_string  # noqa: F401 (re-exported)
 
 # Go's decoder compares keys with Unicode simple case folding: besides ASCII case, the Kelvin sign
 # (U+212A) folds to "k" and the long s (U+017F) to "s"; no other character folds to an ASCII letter.
@@ -298,15 +298,6 @@ def _decode_keys(inst, raw, where, decoding, table, only=None):
 
 # --------------------------------------------------------------------------------------------------
 # the keys every plugin shares
-
-
-def check_version_string(v, where="cniVersion"):
-    """A version string is one to three dot-separated decimal numbers ("1.1.0"; Go also reads "1.1").
-    Anything else is not a version at all: code 6, as the spec's error table says."""
-    parts = v.split(".")
-    if len(parts) > 3 or not all(p and p.isascii() and p.isdigit() for p in parts):
-        raise CNIError(DECODE, f"invalid {where}: {jsonio.dumps(v)} is not a version string",
-                       'a CNI version is written like "1.1.0"')
 
 
 def _version(v, where, _d, _old):
