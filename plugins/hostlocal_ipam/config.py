@@ -313,6 +313,7 @@ class HostLocalConf(cfg.NetConf):
     def range_set_for(self, ip):
         """The range set with a range holding ``ip``, or None: a bisection over every range (ranges of
         different sets, and of one set, are disjoint), not a walk over every set."""
+        # Local import: bisect (and _bisect) only for an ADD that places a requested or held address.
         import bisect
         if self._spans is None:
             spans = sorted((r.start.family, r.start.value, r.end.value, rs) for rs in self.range_sets
@@ -335,7 +336,7 @@ RESOLV_CONF_LIMIT = 1 << 20
 def read_resolv_conf(path):
     """The reference's resolv.conf reading: nameserver, domain, search, options lines; comments skipped.
     The file is opened safely (a regular file only, never a FIFO or a device) and read with a bound."""
-    from skb.linux import files
+    from skb.linux import files     # only for a configuration with resolvConf
     data = files.read_regular(path, "ipam.resolvConf", RESOLV_CONF_LIMIT,
                               "point resolvConf at a readable resolv.conf file, or remove it")
     lines = data.decode("utf-8", "replace").splitlines()

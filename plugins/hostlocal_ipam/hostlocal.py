@@ -8,6 +8,8 @@ A drop-in for the reference plugin (same keys, same files, same round-robin orde
 - implements STATUS: code 50 when a range set has no free address or the store is unusable;
 - changes nothing when ADD fails, and survives being killed at any point (see store.py).
 """
+import sys
+
 from skb.plugin import skel
 from skb.cni import netconf as cfg
 from skb.cni.errors import CNIError, NOT_AVAILABLE
@@ -145,7 +147,6 @@ def cmd_gc(call):
                 released += 1
         store.commit()
     if released:
-        import sys
         sys.stderr.write(f"host-local: GC released {released} reservation(s) of network {conf.name}\n")
 
 

@@ -11,6 +11,7 @@ from skb.cni import netconf as config
 from skb.cni.addr import Net
 from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 from skb.cni.netconf import BOOL, INT, STR, STRINGS, Key, obj
+from skb.cni.result import DNS
 from skb.plugin.delegate import IPAM_KEY
 
 # ADD's keys are read by CHECK and STATUS too: they check the configuration ADD would use.
@@ -53,7 +54,6 @@ class PtpConf(config.NetConf):
 
     def result_dns(self):
         """The DNS of the result when the configuration sets any of its fields, else None."""
-        from skb.cni.result import DNS    # (loaded by every ADD already: it builds a result)
         d = self.dns
         return None if d is None else DNS(d.nameservers, d.domain or None, d.search, d.options)
 

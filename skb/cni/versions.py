@@ -22,21 +22,21 @@ def parse_version(s):
     """``"1.1"`` -> ``(1, 1, 0)``, as Go's ``version.ParseVersion``: up to three integer parts (optional
     sign, ASCII digits), missing parts are 0, ``""`` is 0.1.0. Anything else is a code-6 CNIError."""
     if not isinstance(s, str):
-        from skb.cni.errors import CNIError, DECODE, describe
+        from skb.cni.errors import CNIError, DECODE, describe  # (error path)
         raise CNIError(DECODE, f"invalid version: expected a string, found {describe(s)}",
                        'a CNI version looks like "1.1.0"')
     if s == "":
         return (0, 1, 0)
     parts = s.split(".")
     if len(parts) > 3:
-        from skb.cni.errors import CNIError, DECODE, quote
+        from skb.cni.errors import CNIError, DECODE, quote  # (error path)
         raise CNIError(DECODE, f"invalid version {quote(s)}: too many parts",
                        'a CNI version has at most three dot-separated numbers, e.g. "1.1.0"')
     out = [0, 0, 0]
     for i, part in enumerate(parts):
         digits = part[1:] if part[:1] in ("+", "-") else part
         if not (digits.isascii() and digits.isdigit()):
-            from skb.cni.errors import CNIError, DECODE, quote
+            from skb.cni.errors import CNIError, DECODE, quote  # (error path)
             raise CNIError(DECODE, f"invalid version {quote(s)}: {quote(part)} is not an integer",
                            'a CNI version has at most three dot-separated numbers, e.g. "1.1.0"')
         out[i] = -int(digits) if part[0] == "-" else int(digits)
@@ -51,7 +51,7 @@ def check_version_string(v, where="cniVersion"):
     reads "1.1"). Anything else is not a version at all: code 6, as the spec's error table says."""
     parts = v.split(".")
     if len(parts) > 3 or not all(p and p.isascii() and p.isdigit() for p in parts):
-        from skb.cni.errors import CNIError, DECODE, quote
+        from skb.cni.errors import CNIError, DECODE, quote  # (error path)
         raise CNIError(DECODE, f"invalid {where}: {quote(v)} is not a version string",
                        'a CNI version is written like "1.1.0"')
 
@@ -60,7 +60,7 @@ def version_family(v):
     """The result family of a supported version: ``"020"``, ``"040"`` or ``"100"`` (``""`` is 0.1.0)."""
     family = FAMILY.get(v or "0.1.0") if v is None or isinstance(v, str) else None
     if family is None:
-        from skb.cni.errors import CNIError, INCOMPATIBLE_VERSION, describe
+        from skb.cni.errors import CNIError, INCOMPATIBLE_VERSION, describe  # (error path)
         raise CNIError(INCOMPATIBLE_VERSION, f"unsupported CNI version {describe(v)}",
                        f"supported versions: {SUPPORTED_TEXT}")
     return family

@@ -5,6 +5,7 @@ Built on ``_ctypes``, the C module: ``import ctypes`` costs ~3 ms (it imports st
 layers), this a fraction of a millisecond. Argument and result types are ``int``, ``ulong``, ``char_p``
 (bytes or None) and ``void_p``.
 """
+import _ctypes
 import os
 
 __all__ = ["function"]
@@ -14,7 +15,6 @@ _handle = None
 
 
 def _ctype(name):
-    import _ctypes
     if not _types:
         for key, code in (("int", "i"), ("ulong", "L"), ("char_p", "z"), ("void_p", "P")):
             _types[key] = type(f"c_{key}", (_ctypes._SimpleCData,), {"_type_": code})
@@ -24,7 +24,6 @@ def _ctype(name):
 def function(name, restype, *argtypes):
     """The libc function ``name`` as a Python callable that raises OSError (with errno) when the call
     returns -1, and returns the result otherwise."""
-    import _ctypes
     global _handle
     if _handle is None:
         _handle = _ctypes.dlopen(None)

@@ -19,6 +19,7 @@ Programs are found on PATH and then in /usr/sbin, /sbin ...; they run in the cal
 """
 import os
 
+from skb.cni import jsonio
 from skb.linux import proc
 from skb.cni.digest import sha512_hex
 from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG, INVALID_ENV, go_quote
@@ -250,7 +251,6 @@ def _nft(args, stdin=b"", what="nft"):
 
 def _nft_rules(strict=True):
     """[(handle, comment, expr list)] of the rules in our masq_checks chain ([] when it does not exist)."""
-    from skb.cni import jsonio
     try:
         out = _nft(["-j", "list", "chain", "inet", NFT_TABLE, NFT_CHAIN], what="listing nftables rules")
     except ToolFailed as e:

@@ -227,7 +227,7 @@ def _setns(fd, nstype):
 
 def _ns_kind(fd):
     """'net', 'mnt', ... for an nsfs file; None for anything else."""
-    import fcntl
+    import fcntl    # (a C module, ~0.1 ms: only for a call that opens a namespace; STATUS and GC open none)
     try:
         return _NS_KINDS.get(fcntl.ioctl(fd, NS_GET_NSTYPE), "unknown")
     except OSError:

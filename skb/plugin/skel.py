@@ -9,6 +9,7 @@ guarantees, and why, is in docs/ARCHITECTURE.md#the-life-of-one-call.
 import os
 import sys
 
+from skb import __version__
 from skb.cni import netconf as config
 from skb.cni import env
 from skb.cni import jsonio
@@ -106,7 +107,6 @@ class UndoStack:
 
 
 def _about(plugin):
-    from skb import __version__
     return (f"CNI {plugin.name} plugin, skb-cni {__version__}: {plugin.about}\n"
             f"CNI protocol versions supported: {', '.join(config.SUPPORTED_VERSIONS)}\n"
             "It is run by a container runtime with CNI_COMMAND and the other CNI_* variables set and the "
@@ -180,7 +180,7 @@ def _transaction(plugin, call):
     except CNIError as e:           # a result the configuration's version cannot hold
         error = CNIError(e.code, e.msg, e.details or "the result cannot be written")
     except Exception as e:          # a bug: code 999, the traceback on stderr
-        import traceback
+        import traceback            # (this error path only)
         error = CNIError(INTERNAL, f"internal error in the {plugin.name} plugin writing its result: "
                                    f"{type(e).__name__}: {e}", "this is a bug in skb-cni; the traceback is on stderr")
         error.trace = traceback.format_exc()
@@ -237,7 +237,7 @@ def run(plugin, environ, stdin):
         out.code, out.stdout = 1, jsonio.dumps(e.to_dict(version)) + "\n"
         out.stderr += getattr(e, "trace", "")
     except Exception as e:  # never a traceback on stdout: report what failed, keep the trace on stderr
-        import traceback
+        import traceback    # (this error path only)
         what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         err = CNIError(INTERNAL, f"internal error in the {plugin.name} plugin: {what}",
                        "this is a bug in skb-cni; the traceback is on stderr")
@@ -270,7 +270,7 @@ def debug_log_path(environ, out):
 
 
 def debug_record(plugin, environ, out, duration):
-    import time
+    import time     # (built into the interpreter; only a recorded call needs it)
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "plugin": plugin.name,
@@ -291,7 +291,7 @@ def debug_record(plugin, environ, out, duration):
 def append_debug_log(path, plugin, environ, out, duration, key="skbDebugLog"):
     """Append the call's record to ``path`` (one write with O_APPEND: concurrent plugin calls don't
     interleave lines) through the safe open (never a FIFO, a device or a relative path). Raises CNIError."""
-    from skb.linux import files
+    from skb.linux import files     # only for a recorded call
     files.append(path, key, debug_record(plugin, environ, out, duration), 0o600)
 
 
@@ -384,7 +384,7 @@ def finish(plugin, environ, out, started, extra_logs=()):
     """Deliver one call's outcome: stdout, stderr, the debug records, then exit. An ADD whose answer
     cannot be written to stdout (closed, a broken pipe) is undone: the runtime never learns of it, so
     it would never DEL it. The debug record is written whatever happened."""
-    from time import perf_counter
+    from time import perf_counter   # (built into the interpreter, and loaded by main() already)
     stdout_closed = sys.stdout is None
     if out.stdout:
         if stdout_closed or not _write_fd(1, out.stdout):
