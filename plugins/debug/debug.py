@@ -1,68 +1,8 @@
 """debug: record every call, pass the chain's result through, and misbehave on request.
 
-Put it anywhere in a conflist to see what a runtime really sends, or alone to stand in for a network
-while testing a runtime. Configuration keys (besides ``cniVersion``, ``name``, ``type``):
-
-``cniOutput`` (string)
-    File to which the text record of each call is appended (created 0644), in the reference debug
-    plugin's format, so existing scripts keep working::
-
-        CmdAdd
-        ContainerID: ctr1
-        Netns: /run/netns/x
-        IfName: eth0
-        Args: IgnoreUnknown=1
-        Path: /opt/cni/bin
-        StdinData: {"cniOutput":"/tmp/out.txt","cniVersion":"1.1.0","name":"n","type":"debug"}
-        ----------------------
-
-    The first line is ``CmdAdd``, ``CmdDel`` or ``CmdCheck`` as in the reference, and ``CmdStatus`` or
-    ``CmdGC`` for the two verbs the reference does not record.
-``captureFile`` (string)
-    File to which one JSON line per call is appended (created 0600): ``time``, ``plugin``, ``command``,
-    ``env`` (every ``CNI_*`` variable), ``stdin`` (verbatim), ``exitCode``, ``stdout``, ``stderr``,
-    ``durationMs``, and ``trace`` (``traceparent``, ``tracestate``) when the runtime passed W3C trace
-    context in ``TRACEPARENT``/``TRACESTATE``. It is the record of the suite's debug log (``skbDebugLog`` /
-    ``SKB_DEBUG_LOG``, which this plugin honours too), so ``skb log`` lists and ``skb replay`` re-runs
-    calls from either. Calls that fail before the configuration is read are captured as long as stdin is
-    a JSON object naming the file. VERSION calls do not read stdin (a runtime may leave it open), so
-    only ``SKB_DEBUG_LOG`` records them.
-``addHooks``, ``delHooks``, ``checkHooks`` (lists of argv lists)
-    As in the reference: commands run inside ``CNI_NETNS`` (inheriting the plugin's environment), e.g.
-    ``[["sh", "-c", "ip link set $CNI_IFNAME promisc on"]]``. Failures are only reported on stderr. They
-    are skipped when the namespace cannot be opened or is the node's own (see ``skb.linux.guard``).
-``inject`` (object)
-    Behaviour per command, keyed by the ``CNI_COMMAND`` it applies to (``ADD``, ``DEL``, ``CHECK``,
-    ``STATUS``, ``GC``); each value may hold:
-
-    - ``delayMs`` (number): sleep this long before answering (after the records are written);
-    - ``error`` (object): fail with this CNI error: ``code`` (integer, default 999), ``msg`` (string),
-      ``details`` (string, optional);
-    - ``result`` (ADD only): answer with this instead: an object is printed as JSON exactly as given
-      (no version conversion, so it can be deliberately wrong), a string is printed verbatim (to test
-      how a runtime handles output that is not JSON);
-    - ``stderr`` (string): write this to stderr.
-
-    Example: succeed STATUS, fail ADD with code 7 after half a second::
-
-        "inject": {"ADD": {"delayMs": 500, "error": {"code": 7, "msg": "no addresses left"}}}
-
-Behaviour:
-
-- ADD outputs ``prevResult`` unchanged when it is in the configuration's ``cniVersion`` (a missing
-  ``cniVersion`` in it is filled in); a prevResult in another version is converted to the
-  configuration's. Alone it answers a minimal valid result: ``{"cniVersion": V}`` for 1.x and
-  ``{"cniVersion": V, "dns": {}}`` for 0.3.0-0.4.0. A 0.1.0/0.2.0 result must hold an IP address, so
-  alone in those versions ADD fails (code 1, as Go's debug plugin does) rather than answer an empty one.
-- The known keys are checked: ``cniOutput`` and ``captureFile`` must be absolute paths of regular files
-  (created if missing; never a FIFO, a device or a directory), the hooks lists of argv lists; anything
-  else is code 7 naming the key, before the call does anything.
-- DEL never fails, unless ``inject.DEL.error`` says so: a malformed ``inject`` (ignored as a whole), a
-  malformed key (ignored), an unusable record file or a failing hook is reported on stderr and DEL
-  succeeds. (The protocol errors every plugin reports, such as a missing CNI_CONTAINERID or stdin that
-  is not JSON, still apply.)
-- CHECK, STATUS and GC succeed with no output (the reference prints an empty result on DEL and CHECK;
-  runtimes ignore it, the spec expects none).
+Its keys (``cniOutput``, ``captureFile``, ``addHooks``/``delHooks``/``checkHooks``, ``inject``) are declared
+once in ``DebugConf``; what each does, and how the plugin behaves per command, is in docs/DEBUG.md. DEL
+never fails unless ``inject.DEL.error`` says so: a bad key is remarked on and ignored.
 """
 import os
 import sys
@@ -113,7 +53,7 @@ def pass_through(conf, note=_note):
     if not isinstance(prev, dict):
         raise CNIError(DECODE, "prevResult: expected an object",
                        "the previous plugin's result (or the runtime's cached one) is not a JSON object")
-    from skb.cni import result
+    from skb.cni import result      # only with a prevResult to read (a debug plugin alone has none)
     own = netconf.lookup_default(prev, "cniVersion")     # (read as Go's decoder reads the key)
     if own in (None, "") or own == version:
         try:
@@ -274,7 +214,7 @@ class Recorder:
         if not conf.capture_file:  # absent, or (DEL) ignored as malformed: nothing to capture to
             self.capture_ok = False
         else:   # written after the call: refuse a file that cannot take it now, not after the fact
-            from skb.linux import files
+            from skb.linux import files     # only with a record file to write
             try:
                 os.close(files.open_append(conf.capture_file, "captureFile", 0o600))
             except CNIError as e:
@@ -298,7 +238,7 @@ class Recorder:
         if entry.stderr:
             self.stderr.append(entry.stderr)
         if entry.delay_ms:
-            import time
+            import time     # (built into the interpreter) only for an injected delay
             time.sleep(entry.delay_ms / 1000)
         err = entry.error
         if err is not None:
@@ -309,7 +249,7 @@ class Recorder:
         text = (f"{_TEXT_HEADER[command]}\nContainerID: {args.container_id}\nNetns: {args.netns}\n"
                 f"IfName: {args.ifname}\nArgs: {args.args}\nPath: {self.environ.get('CNI_PATH', '')}\n"
                 f"StdinData: {stdin}\n----------------------\n")
-        from skb.linux import files
+        from skb.linux import files     # only with a record file to write
         try:
             files.append(path, "cniOutput", text.encode("utf-8", "replace"), 0o644)
         except CNIError as e:
@@ -318,6 +258,8 @@ class Recorder:
             self.note(f"cannot append to cniOutput: {e}")
 
     def _run_hooks(self, hooks, args):
+        # Local imports, only for a configuration with hooks: the namespace code, and subprocess (~5 ms,
+        # it imports selectors, signal, threading ...), which no other call of this plugin needs.
         from skb.linux import guard
         from skb.linux import netns
         try:
@@ -330,7 +272,7 @@ class Recorder:
             if which:
                 self.note(f"hooks skipped: CNI_NETNS {args.netns} is {which}")
                 return
-            import subprocess
+            import subprocess   # (see above)
             with netns.enter(ns):
                 for argv in hooks:
                     try:
@@ -381,7 +323,7 @@ def _stdin_for(environ):
 
 
 def main(argv=None):
-    from time import perf_counter
+    from time import perf_counter   # (built into the interpreter: as skel.main does)
     started = perf_counter()
     skel.fill_std_fds()
     environ = os.environ
