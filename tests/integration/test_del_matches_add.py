@@ -83,6 +83,24 @@ def test_go_ptp_reads_the_same_spellings(make_netns, data_dir, key):
     assert masq_chain_rules() == before
 
 
+# Characters that fold to nothing ASCII: the dotless and the dotted I, the sharp s. No key matches.
+NOT_IPMASQ = ["\u0131pMasq", "\u0130PMASQ", "ipMa\u00dfq"]
+
+
+@pytest.mark.gobin
+@pytest.mark.parametrize("key", NOT_IPMASQ)
+def test_a_spelling_go_does_not_fold_to_ipmasq_is_ignored_by_both(bin_dir, make_netns, data_dir, key):
+    for exe, path in ((os.path.join(bin_dir, "ptp"), bin_dir), (os.path.join(GO_BIN_DIR, "ptp"), GO_BIN_DIR)):
+        plugin = Ptp(exe, path)
+        ns = make_netns()
+        conf = ptp_conf(data_dir)
+        conf[key] = True
+        before = masq_rules()
+        assert plugin.add(conf, nspath(ns)).rc == 0
+        assert masq_rules() == before, (exe, key)
+        assert plugin.delete(conf, nspath(ns)).rc == 0
+
+
 # --------------------------------------------------------------------------------------------------
 # sizes and characters of what DEL matches: CNI_CONTAINERID, CNI_IFNAME, the network name, CNI_ARGS
 
