@@ -56,6 +56,7 @@ def cmd_add(call):
 
 
 def _set_lo_down(ns):
+    """lo DOWN in ``ns`` (closed afterwards), as DEL leaves it; nothing when it is down already."""
     with ns, netns.enter(ns):
         with RtNetlink(label=ns.path) as nl:
             lo = nl.link_get("lo")
@@ -78,13 +79,8 @@ def cmd_check(call):
 def cmd_del(call):
     args = call.args
     ns = guard.open_target(args)
-    if ns is None:
-        return
-    with ns, netns.enter(ns):
-        with RtNetlink(label=args.netns) as nl:
-            lo = nl.link_get("lo")
-            if lo.flags & _IFF_UP:
-                nl.link_set_down(lo.index)
+    if ns is not None:
+        _set_lo_down(ns)
 
 
 def _nothing(call):

@@ -13,18 +13,9 @@ import pytest
 from tests.helpers import GO_BIN_DIR
 from tests.integration.ptp_support import (Ptp, host_veths, masq_chain_rules, nft_masq_rules, nspath, ptp_conf,
                                            reservations, snapshot)
+from tests.integration.test_ptp import data_dir, ours  # noqa: F401 (the fixtures)
 
 pytestmark = pytest.mark.kernel
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    return str(tmp_path / "ipam")
-
-
-@pytest.fixture
-def ours(bin_dir):
-    return Ptp(os.path.join(bin_dir, "ptp"), bin_dir)
 
 
 def masq_rules():

@@ -144,3 +144,11 @@ def test_a_non_utf8_interface_name_is_code_4_not_a_crash():
     with pytest.raises(CNIError) as ei:
         check_ifname("eth\udcff")
     assert ei.value.code == 4 and "not valid UTF-8" in ei.value.msg
+
+
+def test_every_variable_is_read_into_its_field():
+    args = env.from_environ(full("ADD", CNI_NETNS="/run/netns/p1", CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAME=a",
+                                 CNI_PATH="/opt/cni/bin::/usr/lib/cni", CNI_NETNS_OVERRIDE="TRUE"))
+    assert (args.command, args.container_id, args.netns, args.ifname, args.args, args.path, args.netns_override) == \
+        ("ADD", "ctr1", "/run/netns/p1", "eth0", "IgnoreUnknown=1;K8S_POD_NAME=a", ("/opt/cni/bin", "/usr/lib/cni"), True)
+    assert env.from_environ(full("ADD", CNI_NETNS_OVERRIDE="yes")).netns_override is False

@@ -147,3 +147,15 @@ def test_range_set_lookup_with_1500_sets():
         assert ipc.range_set_for(IP.parse(f"10.{i // 256}.{i % 256}.9")).index == i
     assert ipc.range_set_for(IP.parse("fd00::5")).index == 1500
     assert ipc.range_set_for(IP.parse("10.5.220.1")) is None and ipc.range_set_for(IP.parse("10.0.0.255")) is None
+
+
+def test_routes_are_decoded_with_every_field_and_checked():
+    c = parse({"subnet": "10.0.0.0/24", "Routes": [{"DST": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "GW": "10.0.0.9",
+               "mtu": 1400, "advmss": 1360, "priority": 5, "table": 0, "scope": 253}]})
+    got = [(r.dst, r.gw, r.mtu, r.advmss, r.priority, r.table, r.scope) for r in c.ipam.routes]
+    assert got == [("0.0.0.0/0", "", 0, 0, 0, None, None), ("10.9.0.0/16", "10.0.0.9", 1400, 1360, 5, 0, 253)]
+    for route, words in (({"dst": "0.0.0.0/0", "scope": 256}, "ipam.routes[0].scope: 256 is out of range"),
+                         ({"dst": "0.0.0.0/0", "mtu": -1}, "ipam.routes[0].mtu: -1 is out of range"),
+                         ({"dst": "0.0.0.0/0", "gw": "x"}, "ipam.routes[0].gw: 'x' is not an IP address"),
+                         ({"gw": "10.0.0.1"}, "missing field ipam.routes[0].dst")):
+        assert words in err({"subnet": "10.0.0.0/24", "routes": [route]}).msg
