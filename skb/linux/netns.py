@@ -16,8 +16,9 @@ shape this module:
   ``skb.linux.guard`` (the policy) refuses it *before* anything changes (Go's skel only notices after the
   damage: docs/REFERENCE.md#network-namespaces).
 
-Only C modules are imported here: this module is loaded on every plugin call. ``skb.linux.libc`` (for
-``setns`` on Python 3.11, which lacks ``os.setns``) is loaded on the first ``enter()``.
+Only C modules are imported here: this module is loaded on every plugin call. It is also the home of
+``libc_function``, the few libc calls Python's ``os`` lacks (``setns`` before 3.12; ``mount``,
+``umount2``, ``unshare`` for scratch namespaces), through ``_ctypes``, loaded on first use.
 """
 import errno
 import os
@@ -217,12 +218,47 @@ def _setns(fd, nstype):
     if hasattr(os, "setns"):        # Python >= 3.12
         _setns = os.setns
     else:
-        # Local import, on Python 3.11 only (it lacks os.setns) and on the first enter(): skb.linux.libc
-        # loads _ctypes (~0.5 ms; ``import ctypes`` would cost ~3 ms), which calls that never enter a
-        # namespace do not need.
-        from skb.linux import libc
-        _setns = libc.function("setns", "int", "int", "int")
+        _setns = libc_function("setns", "int", "int", "int")
     _setns(fd, nstype)
+
+
+_ctypes_mod = None
+_ctypes_types = {}
+_libc_handle = None
+
+
+def libc_function(name, restype, *argtypes):
+    """The libc function ``name`` as a callable that raises OSError (with errno) when the call returns -1,
+    and returns its result otherwise. Types: ``int``, ``ulong``, ``char_p`` (bytes or None), ``void_p``.
+    Through ``_ctypes``, the C module, loaded here on first use (~0.5 ms; ``import ctypes`` costs ~3 ms:
+    it imports struct and its own Python layers); a call that enters no namespace never loads it."""
+    global _ctypes_mod, _libc_handle
+    if _ctypes_mod is None:
+        import _ctypes    # (see above)
+        _ctypes_mod = _ctypes
+        _libc_handle = _ctypes.dlopen(None)
+    c = _ctypes_mod
+
+    def ctype(key):
+        t = _ctypes_types.get(key)
+        if t is None:
+            code = {"int": "i", "ulong": "L", "char_p": "z", "void_p": "P"}[key]
+            t = _ctypes_types[key] = type(f"c_{key}", (c._SimpleCData,), {"_type_": code})
+        return t
+
+    cls = type(f"_{name}", (c.CFuncPtr,), {"_flags_": c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO,
+                                            "_restype_": ctype(restype),
+                                            "_argtypes_": tuple(ctype(a) for a in argtypes)})
+    func = cls(c.dlsym(_libc_handle, name))
+
+    def call(*args):
+        result = func(*args)
+        if result == -1:
+            err = c.get_errno()
+            raise OSError(err, os.strerror(err))
+        return result
+    call.__name__ = name
+    return call
 
 
 def _ns_kind(fd):

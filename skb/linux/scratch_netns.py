@@ -12,7 +12,7 @@ Used by ``skb netns``, ``skb replay`` (when the captured netns is gone) and ``sk
 import errno
 import os
 
-from skb.linux import libc
+from skb.linux.netns import libc_function
 
 RUN_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
@@ -33,7 +33,7 @@ def _libc(name):
     if fn is None:
         argtypes = {"mount": ("char_p", "char_p", "char_p", "ulong", "void_p"), "umount2": ("char_p", "int"),
                     "unshare": ("int",)}[name]
-        fn = _calls[name] = libc.function(name, "int", *argtypes)
+        fn = _calls[name] = libc_function(name, "int", *argtypes)
     return fn
 
 
