@@ -121,12 +121,15 @@ class Net:
         if not isinstance(s, str):
             return None
         addr, slash, plen = s.partition("/")
-        if not slash or not (plen.isascii() and plen.isdigit()) or len(plen) > 3:
+        if not slash or not (plen.isascii() and plen.isdigit()):
+            return None
+        digits = plen.lstrip("0")   # Go reads the prefix length with any number of leading zeros
+        if len(digits) > 3:
             return None
         ip = IP.parse(addr)
         if ip is None:
             return None
-        n = int(plen)
+        n = int(digits or "0")
         if ":" in addr and ip.family == 4:  # IPv4-mapped: the prefix counted 128 bits
             n -= 96
             if n < 0:
