@@ -159,3 +159,58 @@ def test_three_ranges_in_one_set_are_walked_in_order_and_wrap():
     assert order(rs) == ["10.0.0.2", "10.0.1.2", "10.0.2.2"]
     assert order(rs, "10.0.1.2") == ["10.0.2.2", "10.0.0.2", "10.0.1.2"]
     assert order(rs, "10.0.2.2") == ["10.0.0.2", "10.0.1.2", "10.0.2.2"]
+
+
+# the store is asked about each candidate and told the owner; the errors are exact objects
+
+class SpyStore(FakeStore):
+    """Records what the allocator asks; ``busy`` addresses are reported not free (reserve would take them)."""
+
+    def __init__(self, busy=(), refuse=False, **kw):
+        super().__init__(**kw)
+        self.busy = {IP.parse(ip) for ip in busy}
+        self.refuse = refuse
+        self.asked = []
+
+    def is_free(self, ip):
+        self.asked.append(str(ip))
+        return ip not in self.busy and super().is_free(ip)
+
+    def reserve(self, ip, owner):
+        return not self.refuse and super().reserve(ip, owner)
+
+
+def test_the_store_is_asked_about_each_candidate_and_records_the_owner():
+    rs = rset({"subnet": "10.0.0.0/29"})
+    store = SpyStore(busy=["10.0.0.2", "10.0.0.3"])
+    assert allocate(store, rs, ("a", "eth0"), []) == (IP.parse("10.0.0.4"), True, [])
+    assert store.asked == ["10.0.0.2", "10.0.0.3", "10.0.0.4"] and store.holder(IP.parse("10.0.0.4")) == ("a", "eth0")
+    assert allocate(store, rs, ("b", "eth0"), [IP.parse("10.0.0.6")]) == (IP.parse("10.0.0.6"), True, [])
+    assert store.holder(IP.parse("10.0.0.6")) == ("b", "eth0")
+
+
+def test_the_errors_of_a_request_are_code_101_with_their_details():
+    rs = rset({"subnet": "10.0.0.0/24"})
+    with pytest.raises(CNIError) as ei:
+        allocate(FakeStore(), rs, ("c", "eth0"), [IP.parse("10.0.0.1")])
+    assert ei.value.to_dict() == {"code": 101, "msg": "failed to allocate for range 0: requested ip 10.0.0.1 is "
+                                  "subnet's gateway", "details": "10.0.0.1 is the gateway of ipam.ranges[0][0]; request "
+                                  "another address"}
+    with pytest.raises(CNIError) as ei:
+        allocate(FakeStore([("10.0.0.9", ("x", "eth1"))]), rs, ("c", "eth0"), [IP.parse("10.0.0.9")])
+    assert ei.value.to_dict() == {"code": 101, "msg": "failed to allocate for range 0: requested IP address 10.0.0.9 "
+                                  "is not available in range set 10.0.0.1-10.0.0.254",
+                                  "details": "10.0.0.9 is reserved by container 'x' ifname 'eth1'"}
+    with pytest.raises(CNIError) as ei:          # taken meanwhile, by no one the store can name
+        allocate(SpyStore(refuse=True), rs, ("c", "eth0"), [IP.parse("10.0.0.9")])
+    assert (ei.value.code, ei.value.details) == (101, "10.0.0.9 is taken")
+
+
+def test_an_exhausted_set_is_code_100_with_its_details():
+    rs = rset({"subnet": "10.0.0.0/30"})
+    with pytest.raises(CNIError) as ei:
+        allocate(FakeStore([("10.0.0.2", ("x", "eth0"))]), rs, ("c", "eth0"), [])
+    assert ei.value.to_dict() == {"code": 100, "msg": "failed to allocate for range 0: no IP addresses available in "
+                                  "range set: 10.0.0.1-10.0.0.2", "details": "all 1 addresses of ipam.ranges[0] are "
+                                  "reserved. Reservations of containers that no longer exist are reclaimed by GC (CNI "
+                                  "1.1: the runtime's GC, or `skb gc NETWORK`); add a range to grow it"}

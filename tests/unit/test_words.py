@@ -82,3 +82,37 @@ def test_write_all_writes_everything_into_a_pipe_that_takes_part_at_a_time():
     os.close(r)
     os.waitpid(pid, 0)
     assert got == data
+
+
+def test_describe_names_a_non_json_value_by_its_type():
+    assert (describe(b"x"), describe(object()), describe((1,))) == ("bytes", "object", "a list")
+
+
+def test_quote_escapes_only_quotes_backslashes_and_the_unprintable():
+    assert quote('X"\\\x00\u00e9') == '"X\\"\\\\\\u0000\u00e9"'
+
+
+@pytest.mark.parametrize("s,want", [
+    ("\udc80\udcff", "\\x80\\xff"),              # surrogateescape: the bytes 0x80 and 0xff
+    ("\udc7f\udd00\ud800\udfff", "\\ufffd" * 4),   # other lone surrogates: the replacement character
+    ("\ue000\U000e0001", "\\ue000\\U000e0001"),    # unprintable, just past the surrogates and past 16 bits
+    ("\x1f\x7f", "\\x1f\\x7f"),
+])
+def test_go_quote_edges_of_each_escape(s, want):
+    assert go_quote(s) == f'"{want}"'
+
+
+def test_errno_reason_of_an_errno_without_a_name():
+    from skb.cni.errors import errno_reason
+    assert errno_reason(13) == "permission denied (EACCES)"
+    assert errno_reason(9999) == "unknown error 9999 (9999)"
+
+
+def test_a_cni_error_as_text_and_as_an_object():
+    from skb.cni.errors import CNIError
+    e = CNIError(7, "invalid field x", "fix x")
+    assert (str(e), e.args, e.to_dict("1.1.0")) == ("invalid field x: fix x", ("invalid field x",),
+                                                     {"cniVersion": "1.1.0", "code": 7, "msg": "invalid field x",
+                                                      "details": "fix x"})
+    bare = CNIError(4, "m")
+    assert (str(bare), bare.to_dict(), repr(bare)) == ("m", {"code": 4, "msg": "m"}, "CNIError(4, 'm', '')")
