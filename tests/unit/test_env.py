@@ -152,3 +152,73 @@ def test_every_variable_is_read_into_its_field():
     assert (args.command, args.container_id, args.netns, args.ifname, args.args, args.path, args.netns_override) == \
         ("ADD", "ctr1", "/run/netns/p1", "eth0", "IgnoreUnknown=1;K8S_POD_NAME=a", ("/opt/cni/bin", "/usr/lib/cni"), True)
     assert env.from_environ(full("ADD", CNI_NETNS_OVERRIDE="yes")).netns_override is False
+
+
+FIX_ID = "use letters, digits, '_', '.' and '-', starting with a letter or digit"
+
+
+@pytest.mark.parametrize("environ,want", [
+    ({"CNI_COMMAND": "ADD"}, ("required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME,CNI_PATH] missing",
+                              "CNI_COMMAND=ADD needs CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME, CNI_PATH set and non-empty")),
+    (full("ADD", CNI_CONTAINERID="a/b"), ("invalid characters in containerID", f"CNI_CONTAINERID 'a/b': {FIX_ID}")),
+    (full("CHECK", CNI_CONTAINERID="i" * 1025), ("CNI_CONTAINERID is longer than 1024 characters",
+                                                 "it has 1025; container ids are at most 1024 characters (runtimes use "
+                                                 "64 hex digits)")),
+    (full("ADD", CNI_IFNAME="a" * 16), ("interface name is too long", "interface name should be less than 16 "
+                                        "characters (CNI_IFNAME 'aaaaaaaaaaaaaaaa' has 16 bytes)")),
+    (full("ADD", CNI_IFNAME=".."), ("interface name is . or ..", "CNI_IFNAME '..'")),
+    (full("ADD", CNI_IFNAME="e/0"), ("interface name contains / or : or whitespace characters", "CNI_IFNAME 'e/0'")),
+    (full("ADD", CNI_IFNAME="eth\udcff"), ("interface name is not valid UTF-8", "CNI_IFNAME 'eth\\udcff': a name the "
+                                           "result (JSON) could not carry; use ASCII, e.g. eth0")),
+])
+def test_environment_errors_are_exact_objects(environ, want):
+    e = err(environ)
+    assert e.to_dict() == {"code": 4, "msg": want[0], "details": want[1]}
+
+
+def test_an_empty_interface_name_is_refused_with_the_fix():
+    with pytest.raises(CNIError) as ei:
+        env.check_ifname("")
+    assert ei.value.to_dict() == {"code": 4, "msg": "interface name is empty",
+                                  "details": "set CNI_IFNAME, e.g. CNI_IFNAME=eth0"}
+
+
+def test_unset_variables_read_as_empty_strings():
+    args = env.from_environ({"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c", "CNI_IFNAME": "eth0", "CNI_PATH": "/p"})
+    assert (args.netns, args.args, args.path, args.netns_override) == ("", "", ("/p",), False)
+    status = env.from_environ({"CNI_COMMAND": "STATUS", "CNI_PATH": "/p"})
+    assert (status.container_id, status.netns, status.ifname, status.args) == ("", "", "", "")
+    made = env.CmdArgs("ADD")
+    assert (made.container_id, made.netns, made.ifname, made.args, made.path, made.netns_override) == \
+        ("", "", "", "", (), False)
+    assert repr(made) == "CmdArgs('ADD', container_id='', netns='', ifname='', args='', path=())"
+
+
+@pytest.mark.parametrize("value,ignored", [("1", True), ("true", True), ("TRUE", True), ("0", False), ("false", False),
+                                           ("False", False)])
+def test_ignore_unknown_takes_go_booleans_in_any_case(value, ignored):
+    raw = f"IgnoreUnknown={value};K=v"
+    if ignored:
+        assert env.parse_cni_args(raw, {"IP": str}) == {}
+    else:
+        with pytest.raises(CNIError) as ei:
+            env.parse_cni_args(raw, {"IP": str})
+        assert ei.value.msg == "CNI_ARGS: unknown args ['K=v']"
+
+
+@pytest.mark.parametrize("raw,known,want", [
+    ("IP=1;", {"IP": str}, ("CNI_ARGS: invalid pair ''", "CNI_ARGS='IP=1;': expected KEY=VALUE pairs separated by ';' "
+                                                         "with no trailing ';'")),
+    ("IgnoreUnknown=yes", {"IP": str}, ("CNI_ARGS: error parsing value of pair 'IgnoreUnknown=yes'",
+                                        "'yes' is not a boolean (use true, false, 1 or 0)")),
+    ("IP=x", {"IP": int}, ("CNI_ARGS: error parsing value of pair 'IP=x'",
+                           "invalid literal for int() with base 10: 'x'")),
+    ("K=v", {"IP": str}, ("CNI_ARGS: unknown args ['K=v']", "this plugin understands ['IP']; add IgnoreUnknown=1 to "
+                                                            "CNI_ARGS to pass others through")),
+    ("K=v", None, ("CNI_ARGS: unknown args ['K=v']", "this plugin understands no keys; add IgnoreUnknown=1 to CNI_ARGS "
+                                                     "to pass others through")),
+])
+def test_cni_args_errors_are_exact_objects(raw, known, want):
+    with pytest.raises(CNIError) as ei:
+        env.parse_cni_args(raw, known)
+    assert ei.value.to_dict() == {"code": 4, "msg": want[0], "details": want[1]}
