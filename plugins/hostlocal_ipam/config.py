@@ -169,7 +169,14 @@ def _sets_disjoint(range_sets):
 
 
 def _requested_ip(text, source, ips):
-    ip = IP.parse(text.split("/", 1)[0]) if isinstance(text, str) else None
+    # An address, or an address with a prefix length that must be valid (Go parses it as a CIDR).
+    if not isinstance(text, str):
+        ip = None
+    elif "/" in text:
+        net = Net.parse(text)
+        ip = None if net is None else net.ip
+    else:
+        ip = IP.parse(text)
     if ip is None:
         raise CNIError(INVALID_CONFIG, f"invalid requested IP {text!r} in {source}",
                        "requested addresses are IP addresses, optionally with a /prefix")

@@ -159,3 +159,16 @@ def test_routes_are_decoded_with_every_field_and_checked():
                          ({"dst": "0.0.0.0/0", "gw": "x"}, "ipam.routes[0].gw: 'x' is not an IP address"),
                          ({"gw": "10.0.0.1"}, "missing field ipam.routes[0].dst")):
         assert words in err({"subnet": "10.0.0.0/24", "routes": [route]}).msg
+
+
+@pytest.mark.parametrize("text", ["10.0.0.5/24/x", "10.0.0.5/33", "10.0.0.5/", "10.0.0.5/x", "x/24", "fd00::5/129"])
+def test_a_requested_address_with_an_invalid_prefix_is_refused_as_go_refuses_it(text):
+    """Go reads a requested address with a slash as a CIDR (ip.ParseIP): the prefix must be valid."""
+    c = load({"name": "n", "cniVersion": "1.0.0", "ipam": {"subnet": "10.0.0.0/24"}, "runtimeConfig": {"ips": [text]}})
+    with pytest.raises(CNIError) as ei:
+        c.requested("")
+    assert ei.value.to_dict() == {"code": 7, "msg": f"invalid requested IP {text!r} in runtimeConfig.ips[0]",
+                                  "details": "requested addresses are IP addresses, optionally with a /prefix"}
+    with pytest.raises(CNIError) as ei:
+        c.requested(f"IP={text}")
+    assert ei.value.msg == f"invalid requested IP {text!r} in CNI_ARGS IP="
