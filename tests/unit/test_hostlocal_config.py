@@ -172,3 +172,106 @@ def test_a_requested_address_with_an_invalid_prefix_is_refused_as_go_refuses_it(
     with pytest.raises(CNIError) as ei:
         c.requested(f"IP={text}")
     assert ei.value.msg == f"invalid requested IP {text!r} in CNI_ARGS IP="
+
+
+# exact error objects: the code, the range or field named, the fix
+
+GW_FIX = "the gateway must be an address of the range's own subnet (or leave it out: it defaults to the subnet's first address)"
+
+
+@pytest.mark.parametrize("ipam,version,msg,details", [
+    ({"ranges": [[{"subnet": "nope"}]]}, "1.0.0", "invalid range ipam.ranges[0][0]: subnet 'nope' is not a network in "
+     "CIDR notation", 'e.g. "10.1.0.0/24" or "fd00::/64"'),
+    ({"subnet": "10.0.0.5/24"}, "1.0.0", "invalid range ipam: Network has host bits set. For a subnet mask of length 24 "
+     "the network address is 10.0.0.0", 'write "10.0.0.0/24"'),
+    ({"subnet": "10.0.0.0/31"}, "1.0.0", "invalid range ipam: Network 10.0.0.0/31 too small to allocate from",
+     "use at most /30 (a /31 leaves no address to hand out)"),
+    ({"subnet": "fd00::/127"}, "1.0.0", "invalid range ipam: Network fd00::/127 too small to allocate from",
+     "use at most /126 (a /127 leaves no address to hand out)"),
+    ({"subnet": "10.0.0.0/24", "rangeStart": "x"}, "1.0.0", "invalid range ipam: rangeStart 'x' is not an IP address", None),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeEnd": "y"}]]}, "1.0.0",
+     "invalid range ipam.ranges[0][0]: rangeEnd 'y' is not an IP address", None),
+    ({"subnet": "10.0.0.0/24", "gateway": "z"}, "1.0.0", "invalid range ipam: gateway 'z' is not an IP address", None),
+    ({"subnet": "10.0.0.0/24", "rangeEnd": "10.0.1.1"}, "1.0.0", "invalid range ipam: rangeEnd 10.0.1.1 not in network "
+     "10.0.0.0/24", None),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.9", "rangeEnd": "10.0.0.3"}]]}, "1.0.0",
+     "invalid range ipam.ranges[0][0]: rangeStart 10.0.0.9 is after rangeEnd 10.0.0.3", None),
+    ({"subnet": "10.0.0.0/24", "gateway": "10.0.1.1"}, "1.0.0", "invalid range ipam: gateway 10.0.1.1 is outside the "
+     "subnet 10.0.0.0/24", GW_FIX),
+    ({"subnet": "fd00::/64", "gateway": "10.0.0.1"}, "1.0.0", "invalid range ipam: gateway 10.0.0.1 is an IPv4 address "
+     "in an IPv6 subnet", GW_FIX),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]}, "1.0.0", "invalid range set ipam.ranges[0]: "
+     "mixed address families", "ipam.ranges[0][0] is IPv4 and ipam.ranges[0][1] IPv6; put IPv4 and IPv6 in separate "
+     "range sets to get one address of each"),
+    ({"ranges": [[{"subnet": "fd00::/64"}, {"subnet": "fd01::/64"}, {"subnet": "10.0.0.0/24"}]]}, "1.0.0",
+     "invalid range set ipam.ranges[0]: mixed address families", "ipam.ranges[0][0] is IPv6 and ipam.ranges[0][2] IPv4; "
+     "put IPv4 and IPv6 in separate range sets to get one address of each"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.20", "rangeEnd": "10.0.0.30"},
+                  {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.10", "rangeEnd": "10.0.0.20"}]]}, "1.0.0",
+     "ranges ipam.ranges[0][0] (10.0.0.20-10.0.0.30) and ipam.ranges[0][1] (10.0.0.10-10.0.0.20) overlap",
+     "an address must belong to one range only"),
+    ({"ranges": [[{"subnet": "10.0.0.128/25"}], [{"subnet": "10.0.0.0/24"}]]}, "1.0.0", "range set ipam.ranges[0] "
+     "overlaps with ipam.ranges[1]", "10.0.0.128/25 and 10.0.0.0/24 share addresses; each range set must be disjoint"),
+    ({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.128/25"}]]}, "1.0.0", "range set ipam.ranges[0] "
+     "overlaps with ipam.ranges[1]", "10.0.0.0/24 and 10.0.0.128/25 share addresses; each range set must be disjoint"),
+    ({"ranges": [[{"subnet": "fd00::/64"}], [{"subnet": "fd01::/64"}]]}, "0.2.0", "CNI version 0.2.0 does not support "
+     "more than 1 address per family", "use cniVersion 0.3.0 or later for several range sets of one family"),
+    ({}, "1.0.0", "no IP ranges specified", 'add "ranges": [[{"subnet": "10.1.0.0/24"}]] (or "subnet") to the ipam object'),
+    ({"ranges": [[]]}, "1.0.0", "invalid range set ipam.ranges[0]: empty range set", "give it at least one range"),
+    ({"subnet": "10.0.0.0/24", "routes": [{"dst": "x"}]}, "1.0.0",
+     "invalid field ipam.routes[0].dst: 'x' is not a network in CIDR notation", None),
+    ({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "gw": "x"}]}, "1.0.0",
+     "invalid field ipam.routes[0].gw: 'x' is not an IP address", None),
+    ({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "table": 4294967296}]}, "1.0.0",
+     "invalid field ipam.routes[0].table: 4294967296 is out of range (0 to 4294967295)", None),
+])
+def test_config_errors_are_exact_objects(ipam, version, msg, details):
+    want = {"code": 7, "msg": msg}
+    if details:
+        want["details"] = details
+    assert err(ipam, version=version).to_dict() == want
+
+
+def test_missing_ipam_is_an_exact_object():
+    with pytest.raises(CNIError) as ei:
+        load({"name": "n", "cniVersion": "1.1.0"})
+    assert ei.value.to_dict() == {"code": 7, "msg": "IPAM config missing 'ipam' key", "details": 'host-local reads its '
+                                  'settings from the "ipam" object, e.g. "ipam": {"type": "host-local", "ranges": '
+                                  '[[{"subnet": "10.1.0.0/24"}]]}'}
+
+
+def test_route_fields_at_their_largest_values():
+    c = parse({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "scope": 255, "mtu": 4294967295,
+                                                    "advmss": 4294967295, "priority": 4294967295, "table": 4294967295}]})
+    r = c.ipam.routes[0]
+    assert (r.scope, r.mtu, r.advmss, r.priority, r.table) == (255, 4294967295, 4294967295, 4294967295, 4294967295)
+
+
+def test_the_first_and_last_address_of_each_range_find_their_set():
+    from skb.cni.addr import IP
+    c = parse({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.10", "rangeEnd": "10.0.0.20"}],
+                          [{"subnet": "fd00::/64", "rangeStart": "fd00::10", "rangeEnd": "fd00::20"}]]})
+    for text, index in (("10.0.0.10", 0), ("10.0.0.20", 0), ("fd00::10", 1), ("fd00::20", 1), ("10.0.0.9", None),
+                        ("10.0.0.21", None), ("fd00::21", None), ("fd00::f", None)):
+        rs = c.range_set_for(IP.parse(text))
+        assert (rs.index if rs else None) == index, text
+
+
+def test_requested_without_args_or_runtime_config_and_non_string_addresses():
+    c = parse({"subnet": "10.0.0.0/24"})
+    assert [str(ip) for ip in c.requested("IP=10.0.0.5")] == ["10.0.0.5"] and c.requested("") == []
+    assert parse({"subnet": "10.0.0.0/24"}, args={}).requested("") == []
+    with pytest.raises(CNIError) as ei:
+        parse({"subnet": "10.0.0.0/24"}, runtimeConfig={"ips": [5]}).requested("")
+    assert ei.value.to_dict() == {"code": 7, "msg": "invalid requested IP 5 in runtimeConfig.ips[0]",
+                                  "details": "requested addresses are IP addresses, optionally with a /prefix"}
+    with pytest.raises(CNIError) as ei:
+        parse({"subnet": "10.0.0.0/24"}, args={"cni": {"ips": ["10.0.0.6", "y"]}}).requested("")
+    assert ei.value.msg == "invalid requested IP 'y' in args.cni.ips[1]"
+
+
+def test_resolv_conf_with_blank_lines_a_lone_comment_sign_short_lines_and_bad_bytes(tmp_path):
+    f = tmp_path / "resolv.conf"
+    f.write_bytes(b"\n#\n;\nbogus\n  nameserver 10.0.0.53  \n# \xff\xfe not UTF-8\n\ndomain example\nsearch \xc3\xa9.example\n")
+    assert hcfg.read_resolv_conf(str(f)) == {"nameservers": ["10.0.0.53"], "domain": "example",
+                                             "search": ["\u00e9.example"], "options": []}
