@@ -91,3 +91,84 @@ def test_unreadable_results(stdout, msg):
 def test_a_result_without_version_is_read_in_the_configs():
     assert invoke.decode_result(b'{"ips":[]}', "0.4.0") == {"ips": [], "cniVersion": "0.4.0"}
     assert invoke.decode_result(b"null", "") == {"cniVersion": "0.1.0"}
+
+
+def test_the_lookup_skips_empty_entries_and_missing_directories_and_finds_an_executable(tmp_path, monkeypatch):
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "p").write_text("#!/bin/sh\n")
+    os.chmod(good / "p", 0o755)
+    stats = []
+    real_stat = os.stat
+    monkeypatch.setattr(invoke.os, "stat", lambda p: stats.append(p) or real_stat(p))
+    found = invoke.find_in_path("p", ["", str(tmp_path / "missing"), "/a\0b", str(good)])
+    assert found == str(good / "p")
+    assert stats == [str(tmp_path / "missing" / "p"), str(good / "p")]        # never "/p", never the NUL entry
+
+
+def test_exit_status_0_and_json_kinds():
+    assert invoke.exit_text(0) == "exit status 0"
+    assert [invoke.json_kind(v) for v in (None, True, 1, 1.5, "s", [], {})] == \
+        ["null", "bool", "number", "number", "string", "array", "object"]
+
+
+@pytest.mark.parametrize("stdout,stderr,want", [
+    (b"", b"bad \xff\n", (0, 'netplugin failed: "bad \\xff\\n": exit status 1', None)),
+    (b"null", b"", (0, "", None)),
+    (b'{"code":0,"msg":"m"}', b"", (0, "m", None)),
+    (b'{"code":11,"msg":"m","details":"d"}', b"", (11, "m", "d")),
+    (b'{"code":-1,"msg":"m"}', b"", (0, 'netplugin failed but error parsing its diagnostic message "{\\"code\\":-1,'
+                                        '\\"msg\\":\\"m\\"}": json: cannot unmarshal number into Go struct field '
+                                        'Error.code of type uint', None)),
+    (b'{"code":true}', b"", (0, 'netplugin failed but error parsing its diagnostic message "{\\"code\\":true}": json: '
+                                'cannot unmarshal bool into Go struct field Error.code of type uint', None)),
+    (b'{"msg":5}', b"", (0, 'netplugin failed but error parsing its diagnostic message "{\\"msg\\":5}": json: cannot '
+                            'unmarshal number into Go struct field Error.msg of type string', None)),
+    (b'{"details":[]}', b"", (0, 'netplugin failed but error parsing its diagnostic message "{\\"details\\":[]}": '
+                                 'json: cannot unmarshal array into Go struct field Error.details of type string', None)),
+    (b"\xff{", b"", (0, 'netplugin failed but error parsing its diagnostic message "\\xff{": invalid UTF-8 byte at '
+                        'line 1, column 1', None)),
+])
+def test_plugin_error_exact(stdout, stderr, want):
+    e = invoke.plugin_error(stdout, stderr, "exit status 1")
+    assert (e.code, e.msg, e.details or None) == want
+
+
+def test_a_failed_plugin_keeps_its_output_and_error():
+    def spawn(path, argv, env, stdin):
+        return 3, b'{"code":7,"msg":"m","details":"d"}', b"trace"
+    with pytest.raises(invoke.PluginFailed) as ei:
+        invoke.execute("/p", {}, b"", spawn)
+    e = ei.value
+    assert (e.code, e.msg, e.details, e.stdout, e.stderr, e.status) == (7, "m", "d", b'{"code":7,"msg":"m","details":"d"}',
+                                                                        b"trace", 3)
+    with pytest.raises(invoke.PluginFailed) as ei:
+        invoke.execute("/p", {}, b"", lambda *a: (1, b"", b"oops"))
+    assert ei.value.msg == 'netplugin failed: "oops": exit status 1'
+
+
+def test_a_plugin_that_cannot_start_without_an_errno():
+    def spawn(path, argv, env, stdin):
+        raise OSError("no such thing")
+    with pytest.raises(invoke.CNIError) as ei:
+        invoke.execute("/p", {}, b"", spawn)
+    assert (ei.value.code, ei.value.msg) == (0, "netplugin failed with no error message: fork/exec /p: no such thing")
+    with pytest.raises(invoke.CNIError) as ei:
+        invoke.execute("/p", {}, b"", lambda *a: (_ for _ in ()).throw(FileNotFoundError(2, "x")))
+    assert (ei.value.code, ei.value.msg) == (0, "netplugin failed with no error message: fork/exec /p: no such file or "
+                                                "directory")
+
+
+@pytest.mark.parametrize("stdout,msg", [(b" \n", "unexpected end of JSON input"), (b"{", "unexpected end of input: the "
+                                        "JSON is empty or cut short at line 1, column 2"),
+                                        (b"5", "json: cannot unmarshal number into Go value of type map[string]interface {}")])
+def test_unreadable_results_are_code_0(stdout, msg):
+    with pytest.raises(invoke.ResultUnreadable) as e:
+        invoke.decode_result(stdout, "1.0.0")
+    assert (e.value.code, e.value.msg) == (0, msg)
+
+
+@pytest.mark.parametrize("version", ['""', "5", "null"])
+def test_a_result_whose_version_is_empty_or_not_a_string_gets_the_configs(version):
+    assert invoke.decode_result(b'{"cniVersion":%s}' % version.encode(), "1.0.0") == {"cniVersion": "1.0.0"}
+    assert invoke.decode_result(b'{"cniVersion":"0.4.0"}', "1.0.0") == {"cniVersion": "0.4.0"}
