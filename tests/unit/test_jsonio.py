@@ -119,3 +119,107 @@ def test_a_repeated_key_stands_at_its_last_place_as_go_reads_it():
     assert list(jsonio.loads('{"a": 1, "A": 2, "a": 3}').items()) == [("A", 2), ("a", 3)]
     assert list(jsonio.loads('{"x": {"k": 1, "K": 2, "k": 3, "z": 0}}')["x"].items()) == [("K", 2), ("k", 3), ("z", 0)]
     assert list(jsonio.loads('{"b": 1, "a": 2}').items()) == [("b", 1), ("a", 2)]
+
+
+# exact messages and locations (line, column, the line shown)
+
+TRAILING_ITEM = "trailing comma after the last list item (JSON allows none)"
+TRAILING_KEY = "trailing comma after the last key (JSON allows none)"
+CUT = "unexpected end of input: the JSON is empty or cut short"
+UNTERMINATED = "unterminated string (a missing closing quote?)"
+
+
+@pytest.mark.parametrize("text,problem,line,col,snippet", [
+    ("[1,]", TRAILING_ITEM, 1, 3, "[1,]"),
+    ('{"a":1,}', TRAILING_KEY, 1, 7, '{"a":1,}'),
+    ('{"a": 1 ,\n }', TRAILING_KEY, 1, 9, '{"a": 1 ,'),
+    ("[1,\r\n]", TRAILING_ITEM, 1, 3, "[1,"),
+    ("  [1,]", TRAILING_ITEM, 1, 5, "  [1,]"),
+    ("[1\n,\n2,\n]", TRAILING_ITEM, 3, 2, "2,"),
+    ('{"a":[1,],"b":2}', TRAILING_ITEM, 1, 8, '{"a":[1,],"b":2}'),
+    ('{"a": "[", }', TRAILING_KEY, 1, 10, '{"a": "[", }'),
+    ('{"a": "x\\"[", }', TRAILING_KEY, 1, 13, '{"a": "x\\"[", }'),
+    ('{"a":\n "abc', UNTERMINATED, 2, 2, ' "abc'),
+    ('{"a": "a\\"b', UNTERMINATED, 1, 7, '{"a": "a\\"b'),
+    ('"abc', UNTERMINATED, 1, 1, '"abc'),
+    ('{"a": "ab" x}', "expecting ',' delimiter", 1, 12, '{"a": "ab" x}'),
+    ('{"a" 1}', "expecting ':' delimiter", 1, 6, '{"a" 1}'),
+    ("\ufeff{}", "unexpected byte order mark", 1, 1, "\ufeff{}"),
+    ("[1e999, 1e999]", "number 1e999 is out of range", 1, 2, "[1e999, 1e999]"),
+    ("", CUT, 1, 1, ""), ("   ", CUT, 1, 4, "   "), ("{", CUT, 1, 2, "{"),
+    ("[1] [2]", "extra data after the JSON value", 1, 5, "[1] [2]"),
+    ('{"a":1}\n\n  x', "extra data after the JSON value", 3, 3, "  x"),
+    ("[NaN]", "NaN is not valid JSON", 1, 2, "[NaN]"),
+    ("{,}", "expecting property name enclosed in double quotes", 1, 2, "{,}"),
+    ("[,]", "expecting value", 1, 2, "[,]"), (",", "expecting value", 1, 1, ","), (" ,]", "expecting value", 1, 2, " ,]"),
+    ("tru", "expecting value", 1, 1, "tru"),
+])
+def test_syntax_errors_are_located_exactly(text, problem, line, col, snippet):
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(text)
+    e = ei.value
+    assert (e.problem, e.line, e.col, e.snippet, str(e)) == (problem, line, col, snippet,
+                                                             f"{problem} at line {line}, column {col}")
+    assert e.describe() == f"{snippet}\n{' ' * (col - 1)}^"
+
+
+def test_an_invalid_utf8_byte_is_located():
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(b'{"a":\n "\xff"}')
+    assert (ei.value.problem, ei.value.line, ei.value.col) == ("invalid UTF-8 byte", 2, 3)
+
+
+@pytest.mark.parametrize("length", [100, 101, 300])
+def test_describe_shows_a_window_of_a_long_line(length):
+    text = '{"k": "' + "x" * (length - 11) + '", }'
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(text)
+    e = ei.value
+    assert len(text) == length and e.col == length - 2
+    col = e.col - 1
+    if length <= 100:
+        assert e.describe() == f"{text}\n{' ' * col}^"
+    else:
+        lo = col - 50
+        assert e.describe() == f"...{text[lo:lo + 100]}\n{' ' * (col - lo + 3)}^"
+
+
+def test_describe_near_the_start_of_a_long_line_needs_no_ellipsis():
+    text = "[,]" + " " * 200
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(text)
+    assert ei.value.describe() == f"{text[:100]}\n ^"
+
+
+@pytest.mark.parametrize("data,want", [(b'{"a":"\\uD800"}', {"a": "\ufffd"}), (b'["\\ud800x"]', ["\ufffdx"]),
+                                       ('["\ud800"]', ["\ufffd"]), ('["\\uD800"]', ["\ufffd"]), ('{"\\udfff": 1}', {"\ufffd": 1}),
+                                       ("1", 1), (" \t\n\r1 ", 1), ('"\\ud83d\\ude00"', "\U0001f600")])
+def test_lone_surrogates_become_the_replacement_character_and_whitespace_is_skipped(data, want):
+    assert jsonio.loads(data) == want
+
+
+def test_numbers_at_the_digit_limit():
+    big = "1" * 4300
+    assert jsonio.loads(f"[-{big}]") == [-int(big)]
+    for text, col in ((f"[{big}, {big}1]", 4304), (f"[1.5, {big}1]", 7), (f'{{"a": [{big}1]}}', 8)):
+        with pytest.raises(jsonio.JSONSyntaxError) as ei:
+            jsonio.loads(text)
+        assert (ei.value.problem, ei.value.col) == ("number too long (4301 digits; at most 4300)", col)
+
+
+def test_numbers_beyond_a_lower_interpreter_limit(monkeypatch):
+    import sys
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(1000)
+    try:
+        with pytest.raises(jsonio.JSONSyntaxError) as ei:
+            jsonio.loads("[1, " + "2" * 1001 + "]")
+    finally:
+        sys.set_int_max_str_digits(old)
+    assert (ei.value.problem, ei.value.col) == ("number too long (1001 digits)", 5)
+
+
+def test_nesting_too_deep_is_located_at_the_start():
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads("  " + "[" * 100000)
+    assert (ei.value.problem, ei.value.line, ei.value.col) == ("nesting too deep", 1, 3)
