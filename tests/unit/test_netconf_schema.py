@@ -271,3 +271,23 @@ def test_valid_attachments_of_gc():
     with pytest.raises(CNIError) as ei:
         netconf.load(dict(BASE, **{"cni.dev/valid-attachments": [{"ifname": "e"}]}), netconf.NetConf, "GC")
     assert ei.value.msg == "missing field cni.dev/valid-attachments[0].containerID"
+
+
+def test_keys_after_one_the_command_does_not_read_are_still_decoded():
+    c, _ = load({"mtu": "not read by DEL", "flag": True, "list": ["a"]}, "DEL")
+    assert (c.flag, c.list) == (True, ("a",)) and not hasattr(c, "mtu")
+
+
+def test_the_name_is_checked_first_wherever_it_stands():
+    assert netconf.parse({"cniVersion": "1.0.0", "type": "t", "name": "n"}).name == "n"
+    c = netconf.parse({"type": "t", "prevResult": {}, "cniVersion": "1.0.0", "name": "n"})
+    assert (c.name, c.cni_version, c.type, c.prev_result) == ("n", "1.0.0", "t", {})
+    with pytest.raises(CNIError) as ei:
+        netconf.parse({"cniVersion": 5, "type": 5})
+    assert (ei.value.code, ei.value.msg) == (7, "missing network name")
+
+
+def test_null_resets_a_key_to_its_own_default():
+    from skb_plugins.hostlocal_ipam import config as hcfg
+    raw = dict(BASE, ipam={"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0"}], "Routes": None})
+    assert netconf.load(raw, hcfg.HostLocalConf, "ADD").ipam.routes == ()
