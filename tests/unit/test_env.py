@@ -222,3 +222,10 @@ def test_cni_args_errors_are_exact_objects(raw, known, want):
     with pytest.raises(CNIError) as ei:
         env.parse_cni_args(raw, known)
     assert ei.value.to_dict() == {"code": 4, "msg": want[0], "details": want[1]}
+
+
+def test_names_with_capital_x_and_the_override_spelled_1_and_version_without_a_path():
+    assert env.valid_name("X1") and env.valid_name("aX")
+    assert env.from_environ(full("ADD", CNI_IFNAME="X1")).ifname == "X1"
+    assert env.from_environ(full("ADD", CNI_NETNS_OVERRIDE="1")).netns_override is True
+    assert env.from_environ({"CNI_COMMAND": "VERSION"}).path == ()

@@ -275,3 +275,19 @@ def test_resolv_conf_with_blank_lines_a_lone_comment_sign_short_lines_and_bad_by
     f.write_bytes(b"\n#\n;\nbogus\n  nameserver 10.0.0.53  \n# \xff\xfe not UTF-8\n\ndomain example\nsearch \xc3\xa9.example\n")
     assert hcfg.read_resolv_conf(str(f)) == {"nameservers": ["10.0.0.53"], "domain": "example",
                                              "search": ["\u00e9.example"], "options": []}
+
+
+def test_resolv_conf_without_a_domain_and_an_unreadable_one(tmp_path):
+    f = tmp_path / "resolv.conf"
+    f.write_text("nameserver 10.0.0.53\n")
+    assert hcfg.read_resolv_conf(str(f)) == {"nameservers": ["10.0.0.53"], "domain": "", "search": [], "options": []}
+    with pytest.raises(CNIError) as ei:
+        hcfg.read_resolv_conf(str(tmp_path / "nope"))
+    assert ei.value.code == 7 and ei.value.details.endswith("point resolvConf at a readable resolv.conf file, or remove it")
+
+
+def test_cni_010_allows_one_set_per_family_too_and_a_set_prints_its_ranges():
+    ipam = {"ranges": [[{"subnet": "10.0.0.0/25"}], [{"subnet": "10.0.0.128/25"}]]}
+    assert err(ipam, version="0.1.0").msg == "CNI version 0.1.0 does not support more than 1 address per family"
+    rs = parse({"ranges": [[{"subnet": "10.0.0.0/30"}, {"subnet": "10.0.1.0/30"}]]}).range_sets[0]
+    assert str(rs) == "10.0.0.1-10.0.0.2,10.0.1.1-10.0.1.2"

@@ -172,3 +172,8 @@ def test_unreadable_results_are_code_0(stdout, msg):
 def test_a_result_whose_version_is_empty_or_not_a_string_gets_the_configs(version):
     assert invoke.decode_result(b'{"cniVersion":%s}' % version.encode(), "1.0.0") == {"cniVersion": "1.0.0"}
     assert invoke.decode_result(b'{"cniVersion":"0.4.0"}', "1.0.0") == {"cniVersion": "0.4.0"}
+
+
+def test_environ_sets_the_six_variables_empty_by_default():
+    assert invoke.environ({"CNI_X": "1"}, "VERSION") == {"CNI_X": "1", "CNI_COMMAND": "VERSION", "CNI_CONTAINERID": "",
+                                                         "CNI_NETNS": "", "CNI_IFNAME": "", "CNI_ARGS": "", "CNI_PATH": ""}

@@ -223,3 +223,52 @@ def test_nesting_too_deep_is_located_at_the_start():
     with pytest.raises(jsonio.JSONSyntaxError) as ei:
         jsonio.loads("  " + "[" * 100000)
     assert (ei.value.problem, ei.value.line, ei.value.col) == ("nesting too deep", 1, 3)
+
+
+@pytest.mark.parametrize("text,problem,line,col,snippet", [
+    ('{"ab[": 1, }', TRAILING_KEY, 1, 10, '{"ab[": 1, }'),          # a bracket inside a key
+    ('{"a\\"": [1, ]}', TRAILING_ITEM, 1, 11, '{"a\\"": [1, ]}'),      # an escaped quote ending a key
+    ('{"": 1, }', TRAILING_KEY, 1, 7, '{"": 1, }'),                 # an empty key
+    ("[1 ,]", TRAILING_ITEM, 1, 4, "[1 ,]"), ("[[1] ,]", TRAILING_ITEM, 1, 6, "[[1] ,]"),
+    ('{"a": "\\"abc', UNTERMINATED, 1, 7, '{"a": "\\"abc'),
+    ('{"a": 1 "b": 2}', "expecting ',' delimiter", 1, 9, '{"a": 1 "b": 2}'),
+    ('{"a": 1 "\\"": 2}', "expecting ',' delimiter", 1, 9, '{"a": 1 "\\"": 2}'),
+    ("\n[1,]", TRAILING_ITEM, 2, 3, "[1,]"), ("[1,\n]\n\n", TRAILING_ITEM, 1, 3, "[1,"),
+    ("[1,]X", TRAILING_ITEM, 1, 3, "[1,]X"), ("   [1,]", TRAILING_ITEM, 1, 6, "   [1,]"),
+    ("1, ]", "extra data after the JSON value", 1, 2, "1, ]"),
+])
+def test_more_syntax_errors_located_exactly(text, problem, line, col, snippet):
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(text)
+    e = ei.value
+    assert (e.problem, e.line, e.col, e.snippet, e.pos) == (problem, line, col, snippet, text.index(snippet) + col - 1)
+
+
+def test_one_value_after_odd_whitespace():
+    assert jsonio.loads(" 1") == 1 and jsonio.loads("\n\n\t[]") == []
+
+
+def test_the_first_of_two_identical_too_long_numbers_is_named_and_a_negative_one_at_the_limit_is_taken():
+    big = "1" * 4301
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(f"[{big}, {big}]")
+    assert ei.value.col == 2
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads(f"[-{'1' * 4300}, {big}]")
+    assert (ei.value.problem, ei.value.col) == ("number too long (4301 digits; at most 4300)", 4305)
+
+
+@pytest.mark.parametrize("depth", [300, 600, 990, 5000])
+def test_deep_nesting_is_read_or_refused_as_too_deep_never_a_crash(depth):
+    """The C scanner and the replacement of lone surrogates each have their depth limit (the interpreter's);
+    whichever is reached first, the answer is "nesting too deep" at the start, never a RecursionError."""
+    text = "  " + "[" * depth + '"\\ud800"' + "]" * depth
+    try:
+        value = jsonio.loads(text)
+    except jsonio.JSONSyntaxError as e:
+        assert (e.problem, e.line, e.col) == ("nesting too deep", 1, 3)
+    else:
+        for _ in range(depth):
+            assert len(value) == 1
+            value = value[0]
+        assert value == "\ufffd"

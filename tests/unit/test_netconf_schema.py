@@ -291,3 +291,25 @@ def test_null_resets_a_key_to_its_own_default():
     from skb_plugins.hostlocal_ipam import config as hcfg
     raw = dict(BASE, ipam={"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0"}], "Routes": None})
     assert netconf.load(raw, hcfg.HostLocalConf, "ADD").ipam.routes == ()
+
+
+def test_an_unknown_nested_key_or_a_lenient_error_does_not_stop_the_keys_after_it():
+    c, _ = load({"leaf": {"zzz": 1, "subnet": "s", "gw": "g"}})
+    assert (c.leaf.subnet, c.leaf.gw) == ("s", "g")
+    c, _ = load({"flag": 5, "list": ["a"]}, "DEL")
+    assert (c.flag, c.list) == (False, ("a",))
+
+
+def test_an_empty_path_is_absent_and_check_path_names_a_top_level_key():
+    c, _ = load({"path": ""})
+    assert c.path == ""
+    with pytest.raises(CNIError) as ei:
+        netconf.check_path(5, "skbDebugLog")
+    assert ei.value.msg == "invalid field skbDebugLog: expected a file path, found the number 5"
+
+
+def test_repr_shows_the_keys_decoded_and_set():
+    c, _ = load({"leaf": {"subnet": "s"}})
+    assert repr(c.leaf) == "Leaf(subnet='s')"
+    c, _ = load({"leaf": {"gw": "g"}}, "DEL")
+    assert repr(c.leaf) == "Leaf(gw='g')"

@@ -162,3 +162,44 @@ def test_a_value_cannot_lose_an_attribute():
     with pytest.raises(AttributeError) as ei:
         del Route("0.0.0.0/0").dst
     assert str(ei.value) == "Route is immutable"
+
+
+def test_a_10_result_ignores_the_04_version_key_of_an_address():
+    r = parse_result({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.1/24", "version": "6"}]})
+    assert r.ips[0].address == "10.0.0.1/24"
+
+
+def test_a_route_that_is_not_an_object():
+    assert refused(parse_result, {"cniVersion": "1.0.0", "routes": [5]}) == \
+        (6, "result.routes[0]: expected an object, found the number 5")
+
+
+SUPPORTED = "supported versions: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"
+
+
+@pytest.mark.parametrize("fn,args,msg", [
+    (parse_result, ({"cniVersion": "9.9"},), 'result.cniVersion: "9.9" is not a CNI version this plugin can read'),
+    (parse_prev_result, ("1.0.0", {"cniVersion": "9.9"}), 'prevResult.cniVersion: "9.9" is not a CNI version this '
+                                                          "plugin can read"),
+    (parse_prev_result, ("9.9", {}), "incompatible CNI versions"),
+])
+def test_unreadable_versions_are_code_1_with_the_list(fn, args, msg):
+    with pytest.raises(CNIError) as ei:
+        fn(*args)
+    assert ei.value.code == 1 and ei.value.msg == msg and ei.value.details.endswith(SUPPORTED)
+
+
+@pytest.mark.parametrize("version,found", [("9", 'the string "9"'), (0, "the number 0"), ([], "a list")])
+def test_a_result_cannot_be_written_in_an_unknown_version(version, found):
+    with pytest.raises(CNIError) as ei:
+        Result("1.0.0").to_dict(version)
+    assert ei.value.to_dict() == {"code": 1, "msg": f"cannot convert a result to CNI version {found}",
+                                  "details": SUPPORTED}
+
+
+def test_a_02_result_needs_an_address():
+    with pytest.raises(CNIError) as ei:
+        Result("0.2.0").to_dict()
+    assert ei.value.to_dict() == {"code": 1, "msg": "cannot convert: no valid IP addresses", "details": "a CNI 0.2.0 "
+                                  "result holds at least one IP address and this result has none; use cniVersion 0.3.0 "
+                                  "or later for a result without addresses"}
