@@ -272,3 +272,19 @@ def test_deep_nesting_is_read_or_refused_as_too_deep_never_a_crash(depth):
             assert len(value) == 1
             value = value[0]
         assert value == "\ufffd"
+
+
+def test_a_syntax_error_is_explained_when_json_was_never_imported():
+    """A plugin's call path never imports json: the C scanner then fails without an exception (a
+    SystemError) and the error is explained from the text all the same, as in a process that has json."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys\nfrom skb.cni import jsonio\nbefore = 'json.decoder' in sys.modules\n"
+            "try:\n    jsonio.loads('{\"a\": 1,\\n \"b\": [1,]}')\nexcept jsonio.JSONSyntaxError as e:\n"
+            "    print(before, 'mutmut' in sys.modules, repr((e.problem, e.line, e.col)))\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
+    before, instrumented, got = out.split(" ", 2)
+    assert before == "False" or instrumented == "True"        # (mutation testing's instrumentation loads json)
+    assert got.strip() == repr((TRAILING_ITEM, 2, 9))
