@@ -288,3 +288,34 @@ def test_a_syntax_error_is_explained_when_json_was_never_imported():
     before, instrumented, got = out.split(" ", 2)
     assert before == "False" or instrumented == "True"        # (mutation testing's instrumentation loads json)
     assert got.strip() == repr((TRAILING_ITEM, 2, 9))
+
+
+def test_an_empty_key_before_an_open_list():
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads('{"": [1, ]}')
+    assert (ei.value.problem, ei.value.col) == (TRAILING_ITEM, 8)
+
+
+def test_a_syntax_error_is_explained_when_json_decoder_is_not_loaded(monkeypatch):
+    """In-process, the same case as a plugin's call path: without json.decoder in sys.modules, Python 3.11's
+    C scanner fails without an exception (later versions import the module themselves); the answer is the same."""
+    import sys
+    monkeypatch.delitem(sys.modules, "json.decoder")
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads('  {"a": 1,\n "b": [1,]}')
+    assert (ei.value.problem, ei.value.line, ei.value.col) == (TRAILING_ITEM, 2, 9)
+
+
+def test_the_scanner_context_applies_gos_rules():
+    """The context every scanner of this module is built from (the module's own and the one that locates a
+    number too long): control characters refused in strings, NaN refused, the last of repeated keys at
+    its last place, integers as int."""
+    import _json
+    scan = _json.make_scanner(jsonio._ScanContext())
+    assert scan('{"a": 1, "b": 2, "a": 3}', 0) == ({"b": 2, "a": 3}, 24)
+    assert list(scan('{"a": 1, "b": 2, "a": 3}', 0)[0]) == ["b", "a"]
+    assert scan("[12, 1.5]", 0) == ([12, 1.5], 9) and type(scan("7", 0)[0]) is int
+    with pytest.raises(ValueError):
+        scan('["a\x01"]', 0)
+    with pytest.raises(ValueError):
+        scan("[NaN]", 0)
