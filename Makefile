@@ -74,9 +74,10 @@ $(WORK)/dist/skb-cni/skb-cni: $(DEPS_STAMP) build/skb-cni.spec build/entry.py $(
 
 # Static, so the launcher needs nothing from the node. musl keeps it ~30 KB; glibc's -static is the fallback.
 # (The compiler is chosen when the recipe runs: on a fresh machine musl-gcc arrives with `deps`.)
-$(WORK)/launcher: build/launcher.c | $(DEPS_STAMP)
+LAUNCHER_SRC := build/launcher.c build/warm_client.c build/warm_snapshot.c
+$(WORK)/launcher: $(LAUNCHER_SRC) build/launcher.h | $(DEPS_STAMP)
 	@mkdir -p $(WORK)
-	$$(command -v musl-gcc || echo gcc) -static -Os -s -Wall -Wextra -o $@ $<
+	$$(command -v musl-gcc || echo gcc) -static -Os -s -Wall -Wextra -o $@ $(LAUNCHER_SRC)
 
 # Also writes the release tarball: one command gives both the installed suite and what to ship elsewhere.
 install: build $(TARBALL)

@@ -25,7 +25,7 @@ def add_parser(sub, formatter, parents=()):
 
 
 def command(opts):
-    from skb.plugin import warm
+    from skb.plugin.warm import client as warm
     if opts.action == "stop":
         stopped = warm.stop_all()
         print(f"stopped {len(stopped)} warm-start server(s)" + "".join(f"\n  {k} (pid {p})" for k, p in stopped))

@@ -1,0 +1,294 @@
+/* The snapshot text of the launcher's own process: skb/plugin/warm/snapshot.py builds the same bytes in the
+ * server's child, and the two must be equal for the child to begin (docs/WARM.md, "What a call inherits").
+ * The key part (up to the line "adopt") names the server's socket; the adopted part is what the child
+ * takes on. Every value is read here from the kernel, one system call or one /proc read each. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "launcher.h"
+
+#ifndef PR_GET_SPECULATION_CTRL
+#define PR_GET_SPECULATION_CTRL 52
+#endif
+#ifndef PR_GET_THP_DISABLE
+#define PR_GET_THP_DISABLE 42
+#endif
+#define NODEMASK_LONGS 16
+
+const char *const NS[NNS] = {"net", "mnt", "pid", "pid_for_children", "user", "uts", "ipc", "cgroup", "time",
+                             "time_for_children"};
+
+int make(struct msg *m, size_t cap)
+{
+    m->p = calloc(1, cap), m->n = 0, m->cap = cap, m->oom = !m->p;
+    return !m->oom;
+}
+
+void add(struct msg *m, const void *s, size_t l)
+{
+    if (m->oom || m->n + l > m->cap) {
+        m->oom = 1;
+        return;
+    }
+    memcpy(m->p + m->n, s, l);
+    m->n += l;
+}
+
+void adds(struct msg *m, const char *s) { add(m, s, strlen(s)); }
+
+void addu(struct msg *m, unsigned long long v)
+{
+    char d[24];
+    int i = sizeof(d);
+    do
+        d[--i] = (char)('0' + v % 10);
+    while ((v /= 10));
+    add(m, d + i, sizeof(d) - (size_t)i);
+}
+
+void addi(struct msg *m, long long v)
+{
+    if (v < 0) {
+        adds(m, "-");
+        addu(m, (unsigned long long)-v);
+    } else {
+        addu(m, (unsigned long long)v);
+    }
+}
+
+static void addx(struct msg *m, unsigned long long v)
+{
+    static const char hex[] = "0123456789abcdef";
+    char d[17];
+    int i = sizeof(d);
+    do
+        d[--i] = hex[v & 15];
+    while ((v >>= 4));
+    add(m, d + i, sizeof(d) - (size_t)i);
+}
+
+static void addo(struct msg *m, unsigned long long v)
+{
+    char d[24];
+    int i = sizeof(d);
+    do
+        d[--i] = (char)('0' + (v & 7));
+    while ((v >>= 3));
+    add(m, d + i, sizeof(d) - (size_t)i);
+}
+
+static void add_dev_ino(struct msg *m, const struct stat *st)
+{
+    addu(m, (unsigned long long)st->st_dev), adds(m, ":"), addu(m, (unsigned long long)st->st_ino);
+}
+
+/* The whole of a small file into b (NUL-terminated); its length, or -1. */
+static ssize_t slurp(const char *path, char *b, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n, got = 0;
+    if (fd < 0)
+        return -1;
+    while (got < (ssize_t)size - 1 && (n = read(fd, b + got, size - 1 - (size_t)got)) > 0)
+        got += n;
+    close(fd);
+    if (got >= (ssize_t)size - 1)
+        return -1;
+    b[got] = 0;
+    return got;
+}
+
+/* "value" of a one-value /proc file, trailing newlines and NULs dropped; "none" when absent or empty. */
+static void add_value(struct msg *m, const char *path, int first_word)
+{
+    char b[4096];
+    ssize_t n = slurp(path, b, sizeof(b));
+    while (n > 0 && (b[n - 1] == '\n' || b[n - 1] == 0))
+        n--;
+    if (n > 0 && first_word)
+        for (ssize_t i = 0; i < n; i++)
+            if (b[i] == ' ') {
+                n = i;
+                break;
+            }
+    if (n > 0)
+        add(m, b, (size_t)n);
+    else
+        adds(m, "none");
+}
+
+/* The lines of /proc/self/status that start with one of keys, in the file's order. */
+static int add_status(struct msg *m, const char *const *keys)
+{
+    char b[8192];
+    if (slurp("/proc/self/status", b, sizeof(b)) < 0)
+        return 0;
+    for (char *line = b, *nl; *line; line = nl + 1) {
+        if (!(nl = strchr(line, '\n')))
+            break;
+        for (const char *const *k = keys; *k; k++)
+            if (strncmp(line, *k, strlen(*k)) == 0)
+                add(m, line, (size_t)(nl - line) + 1);
+    }
+    return 1;
+}
+
+static const char *const KEY_STATUS[] = {"Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:",
+                                         "CapAmb:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:",
+                                         "Mems_allowed_list:", NULL};
+static const char *const ADOPTED_STATUS[] = {"Umask:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:",
+                                             "Cpus_allowed_list:", NULL};
+
+int snapshot_key(struct msg *m, const char *bundle, const int *fixed)
+{
+    static const char *const LOCALE[] = {"LC_ALL", "LC_CTYPE", "LANG", NULL};
+    struct stat st;
+    char b[4096];
+    adds(m, "skb-warm 2\nbundle "), adds(m, bundle), adds(m, "\n");
+    for (int i = 0; i < NNS; i++) {
+        if (fstat(fixed[2 + i], &st))
+            return 0;
+        adds(m, "ns "), adds(m, NS[i]), adds(m, " "), add_dev_ino(m, &st), adds(m, "\n");
+    }
+    if (fstat(fixed[1], &st))
+        return 0;
+    adds(m, "root "), add_dev_ino(m, &st), adds(m, "\n");
+    size_t at = m->n;
+    if (!add_status(m, KEY_STATUS))
+        return 0;
+    /* A seccomp filter cannot be compared with another: a filtered caller always goes by exec. */
+    if (m->oom || !memmem(m->p + at, m->n - at, "\nSeccomp:\t0\n", 12))
+        return 0;
+    ssize_t n = slurp("/proc/self/cgroup", b, sizeof(b));
+    if (n < 0)
+        return 0;
+    adds(m, "/proc/self/cgroup\n"), add(m, b, (size_t)n);
+    adds(m, "sid "), addi(m, getsid(0));
+    adds(m, "\nloginuid "), add_value(m, "/proc/self/loginuid", 0);
+    adds(m, "\nsessionid "), add_value(m, "/proc/self/sessionid", 0);
+    adds(m, "\npersonality "), addi(m, personality(0xffffffff));
+    adds(m, "\nsecurebits "), addi(m, prctl(PR_GET_SECUREBITS, 0, 0, 0, 0));
+    adds(m, "\ndumpable "), addi(m, prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
+    adds(m, "\nkeyring "), addi(m, (int)syscall(SYS_keyctl, 0 /* GET_KEYRING_ID */, -3 /* SESSION */, 0));
+    adds(m, "\nautogroup "), add_value(m, "/proc/self/autogroup", 1);
+    adds(m, "\nlabel "), add_value(m, "/proc/self/attr/current", 0);
+    adds(m, "\n");
+    for (const char *const *k = LOCALE; *k; k++) {
+        const char *v = getenv(*k);
+        adds(m, *k), adds(m, v ? "=" : " unset"), adds(m, v ? v : ""), adds(m, "\n");
+    }
+    adds(m, "adopt\n");
+    return !m->oom;
+}
+
+int snapshot_adopted(struct msg *m, const int *fixed, const int *inherited, int ninherited)
+{
+    struct stat st;
+    char b[4096];
+    adds(m, "pgid "), addi(m, getpgrp());
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, 0);
+    if (errno)
+        return 0;
+    adds(m, "\nnice "), addi(m, nice);
+    /* struct sched_attr (56 bytes with the utilization clamps) */
+    struct {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+        uint32_t util_min, util_max;
+    } sa;
+    memset(&sa, 0, sizeof(sa));
+    adds(m, "\nsched ");
+    if (syscall(SYS_sched_getattr, 0, &sa, sizeof(sa), 0) == 0) {
+        addu(m, sa.policy), adds(m, " "), addu(m, sa.flags), adds(m, " "), addu(m, sa.priority), adds(m, " ");
+        addu(m, sa.runtime), adds(m, " "), addu(m, sa.deadline), adds(m, " "), addu(m, sa.period), adds(m, " ");
+        addu(m, sa.util_min), adds(m, " "), addu(m, sa.util_max);
+    } else {
+        adds(m, "none");
+    }
+    adds(m, "\nioprio "), addi(m, syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, 0));
+    adds(m, "\ntimerslack "), addi(m, prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0));
+    adds(m, "\noom_score_adj "), add_value(m, "/proc/self/oom_score_adj", 0);
+    adds(m, "\nthp_disable "), addi(m, prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0));
+    adds(m, "\nspec ");
+    for (int i = 0; i < 3; i++)
+        addi(m, prctl(PR_GET_SPECULATION_CTRL, i, 0, 0, 0)), adds(m, i < 2 ? " " : "");
+    int mode = 0;
+    unsigned long mask[NODEMASK_LONGS];
+    memset(mask, 0, sizeof(mask));
+    adds(m, "\nmempolicy ");
+    if (syscall(SYS_get_mempolicy, &mode, mask, NODEMASK_LONGS * 64, NULL, 0) == 0) {
+        addi(m, mode), adds(m, " ");
+        for (int i = 0; i < NODEMASK_LONGS; i++)
+            addx(m, mask[i]), adds(m, i < NODEMASK_LONGS - 1 ? "," : "");
+    } else {
+        adds(m, "none");
+    }
+    adds(m, "\n");
+    if (!add_status(m, ADOPTED_STATUS))
+        return 0;
+    adds(m, "rlimits");
+    for (int i = 0; i < RLIM_NLIMITS; i++) {
+        struct rlimit rl;
+        if (getrlimit(i, &rl))
+            return 0;
+        adds(m, " "), addu(m, rl.rlim_cur), adds(m, ":"), addu(m, rl.rlim_max);
+    }
+    adds(m, "\nitimers");
+    for (int i = 0; i < 3; i++) {
+        struct itimerval it;
+        if (getitimer(i, &it))
+            return 0;
+        adds(m, it.it_value.tv_sec || it.it_value.tv_usec ? " 1" : " 0");
+    }
+    /* tty_nr and tpgid: the 5th and 6th fields after the command's closing parenthesis */
+    if (slurp("/proc/self/stat", b, sizeof(b)) < 0)
+        return 0;
+    char *p = strrchr(b, ')'), *field[7];
+    int nf = 0;
+    for (p = p ? p + 1 : b; *p && nf < 7;) {
+        while (*p == ' ')
+            p++;
+        field[nf++] = p;
+        while (*p && *p != ' ')
+            p++;
+        if (*p)
+            *p++ = 0;
+    }
+    if (nf < 6)
+        return 0;
+    adds(m, "\ntty "), adds(m, field[4]), adds(m, " "), adds(m, field[5]);
+    if (fstat(fixed[0], &st))
+        return 0;
+    adds(m, "\ncwd "), add_dev_ino(m, &st), adds(m, "\n");
+    for (int i = 0; i < ninherited; i++) {
+        int fl = fcntl(inherited[i], F_GETFL);
+        if (fl < 0 || fstat(inherited[i], &st))
+            return 0;
+        adds(m, "fd "), addi(m, inherited[i]), adds(m, " "), add_dev_ino(m, &st), adds(m, " "), addo(m, (unsigned)fl);
+        adds(m, "\n");
+    }
+    return !m->oom;
+}
+
+uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
+    return h;
+}

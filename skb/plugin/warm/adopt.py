@@ -1,0 +1,369 @@
+"""The child's side of a warm call: take the call on, prove it, wait for the go-ahead, begin.
+
+A child is a spare forked by the server ahead of its call (children.py). Handed a call, it takes on
+everything an exec'd plugin would inherit from the launcher (its fds at their numbers, cwd, process
+group, umask, rlimits, signals, scheduling, memory policy, environment, arguments, stdio), then builds its
+own snapshot (snapshot.py) and begins only if it equals the launcher's: any difference is a refusal, and
+the launcher goes by exec. docs/WARM.md has the table of every row.
+"""
+import _signal  # signal's functions without its enum wrapping (adoption runs on every call)
+import fcntl
+import io
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+from skb.linux import guard
+from skb.plugin.warm import pages, snapshot, syscalls, wire
+
+CHILD_REFUSED = 250     # exit status of a child that ended before beginning its call
+GO_WAIT_MS = 2000       # the launcher answers ACCEPTED at once: GO within this, or the call is not ours
+INTERNAL_FDS = 1000     # the child's own fds (connection, channel) sit at or above this, close-on-exec
+BOOTLOADER_VARS = (b"_PYI_ARCHIVE_FILE", b"_PYI_PARENT_PROCESS_LEVEL", b"_PYI_LINUX_PROCESS_NAME")
+HANDOFF = struct.Struct("<I")  # the server's header of a hand-off: the launcher's pid (SO_PEERCRED)
+# child -> server, over the spare's channel
+CHAN_BEGAN = b"B"      # the call has begun
+CHAN_REFUSED = b"R"    # + "K" (a key-part difference: the server has drifted) or "A", + the reason
+CHAN_PAGES = b"P"      # + the packed page numbers the call wrote (learning spares)
+
+
+class Refused(Exception):
+    """The call cannot be taken on exactly: its reason goes to the launcher (exec) and the server.
+    ``key``: the difference is in the snapshot's key part, which the server's own context should have
+    matched (it has drifted: the server stops, and the next call starts a new one)."""
+
+    def __init__(self, reason, key=False):
+        super().__init__(reason)
+        self.key = key
+
+
+def _place(inherited, internal):
+    """Put each (target number, fd) of ``inherited`` at its number, without close-on-exec, and each fd of
+    ``internal`` above all of them, close-on-exec; close every other fd. Returns internal's new numbers."""
+    base = max([INTERNAL_FDS] + [t + 1 for t, _ in inherited])
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in internal]
+    temps = [(t, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base)) for t, fd in inherited]
+    for target, tmp in temps:
+        os.dup2(tmp, target, inheritable=True)
+    keep = sorted({t for t, _ in inherited} | set(moved))
+    for lo, hi in zip([-1] + keep, keep + [1 << 30]):
+        if hi > lo + 1:
+            os.closerange(lo + 1, hi)
+    return moved
+
+
+def close_all_but(fds):
+    keep = sorted(fds)
+    for lo, hi in zip([-1] + keep, keep + [1 << 30]):
+        if hi > lo + 1:
+            os.closerange(lo + 1, hi)
+
+
+def _cpus(text):
+    out = set()
+    for part in text.split(b","):
+        lo, _, hi = part.partition(b"-")
+        if lo.strip():
+            out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def signals(ignored):
+    """Dispositions as an exec'd plugin has them once Python has started: ignored signals stay ignored,
+    SIGPIPE and SIGXFSZ are ignored, SIGINT raises KeyboardInterrupt unless ignored, all else default."""
+    for sig in range(1, signal.NSIG):
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        want = _signal.SIG_IGN if ignored >> (sig - 1) & 1 else _signal.SIG_DFL
+        if sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            want = _signal.SIG_IGN
+        elif sig == signal.SIGINT and want == _signal.SIG_DFL:
+            want = _signal.default_int_handler
+        try:
+            if _signal.getsignal(sig) != want:  # Python's record of the disposition: no system call
+                _signal.signal(sig, want)
+        except (OSError, ValueError):  # the C library's own signals (32, 33)
+            pass
+
+
+def environment(entries):
+    """os.environ and the C environ exactly as passed (minus the bootloader's three variables, which an
+    exec'd bundle removes too)."""
+    for k in list(os.environ):
+        os.unsetenv(k)
+    data = os.environ._data  # bytes -> bytes, exactly what os.environ holds at start-up on POSIX
+    data.clear()
+    for item in entries:
+        k, _, v = item.partition(b"=")
+        if k not in BOOTLOADER_VARS:
+            os.putenv(k, v)
+            data[k] = v
+    time.tzset()
+
+
+def fresh_stdio():
+    """New sys.std* objects on fds 0, 1, 2 configured as the interpreter configured the server's (which
+    were made for /dev/null: not a terminal, like every caller's that warm start serves)."""
+    new = []
+    for fd, old, mode, name in ((0, sys.__stdin__, "rb", "<stdin>"), (1, sys.__stdout__, "wb", "<stdout>"),
+                                (2, sys.__stderr__, "wb", "<stderr>")):
+        buf = io.open(fd, mode, buffering=-1, closefd=False)
+        buf.raw.name = name
+        new.append(io.TextIOWrapper(buf, encoding=old.encoding, errors=old.errors, newline="\n",
+                                    line_buffering=old.line_buffering, write_through=old.write_through))
+    return new
+
+
+class Adopter:
+    """Sets this process's adoptable state to a snapshot's adopted part. ``have``: the values this
+    process holds already (its own adopted fields from its preparation), so that equal ones cost no call;
+    ``force``: set every field regardless (a second pass after a drift)."""
+
+    def __init__(self, want, have, force=False):
+        self.want, self.have, self.force = want, have, force
+
+    def differs(self, name):
+        return name in self.want and (self.force or self.want[name] != self.have.get(name))
+
+    def run(self):
+        w = self.want
+        if self.differs(b"Umask:"):
+            os.umask(int(w[b"Umask:"], 8))
+        if self.differs(b"rlimits"):
+            old = self.have.get(b"rlimits", b"").split()
+            for r, pair in enumerate(w[b"rlimits"].split()):
+                if self.force or r >= len(old) or old[r] != pair:
+                    soft, hard = (_rlim(int(v)) for v in pair.split(b":"))
+                    _set(lambda: resource.setrlimit(r, (soft, hard)), "rlimits")
+        if self.differs(b"nice"):
+            _set(lambda: os.setpriority(os.PRIO_PROCESS, 0, int(w[b"nice"])), "nice")
+        if self.differs(b"sched") and w[b"sched"] != b"none":
+            policy, flags, prio = (int(v) for v in w[b"sched"].split()[:3])
+            _set(lambda: os.sched_setscheduler(0, policy | (os.SCHED_RESET_ON_FORK if flags & 1 else 0),
+                                               os.sched_param(prio)), "sched")
+        if self.differs(b"ioprio"):
+            _check(syscalls.set_ioprio(int(w[b"ioprio"])), "ioprio")
+        if self.differs(b"timerslack"):
+            _check(syscalls.prctl_ok(syscalls.PR_SET_TIMERSLACK, int(w[b"timerslack"])), "timerslack")
+        if self.differs(b"oom_score_adj"):
+            def write():
+                fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, w[b"oom_score_adj"])
+                finally:
+                    os.close(fd)
+            _set(write, "oom_score_adj")
+        if self.differs(b"thp_disable"):
+            _check(syscalls.prctl_ok(syscalls.PR_SET_THP_DISABLE, int(w[b"thp_disable"])), "thp_disable")
+        if self.differs(b"spec"):
+            have = self.have.get(b"spec", b"").split()
+            for i, v in enumerate(int(x) for x in w[b"spec"].split()):
+                if (self.force or i >= len(have) or int(have[i]) != v) and v >= 0 and v & syscalls.PR_SPEC_PRCTL:
+                    value = v & (syscalls.PR_SPEC_ENABLE | syscalls.PR_SPEC_DISABLE | syscalls.PR_SPEC_FORCE_DISABLE)
+                    syscalls.prctl_ok(syscalls.PR_SET_SPECULATION_CTRL, syscalls.SPEC_MISFEATURES[i], value)
+        if self.differs(b"mempolicy") and w[b"mempolicy"] != b"none":
+            mode, words = w[b"mempolicy"].split()
+            _check(syscalls.set_mempolicy(int(mode), [int(x, 16) for x in words.split(b",")]), "mempolicy")
+        if self.differs(b"Cpus_allowed_list:"):
+            _set(lambda: os.sched_setaffinity(0, _cpus(w[b"Cpus_allowed_list:"])), "cpus_allowed_list")
+        if self.differs(b"SigIgn:"):
+            signals(int(w[b"SigIgn:"], 16))
+
+
+def _rlim(v):
+    return resource.RLIM_INFINITY if v == snapshot.INFINITY else v
+
+
+def _no_lower_hard(want, have):
+    w, h = want.split(), have.split()
+    return len(w) == len(h) and all(int(a.split(b":")[1]) >= int(b.split(b":")[1]) for a, b in zip(w, h))
+
+
+def _set(do, what):
+    try:
+        do()
+    except (OSError, ValueError) as e:
+        raise Refused(f"{what}: {e}") from e
+
+
+def _check(ok, what):
+    if not ok:
+        raise Refused(what)
+
+
+class Child:
+    """A spare: forked by the server, prepared while no call needs the CPU, then one call."""
+
+    def __init__(self, program, run, chan, learns, rehearsal, locale, bundle, hot_runs):
+        self.program, self.run, self.chan, self.learns = program, run, chan, learns
+        self.rehearsal = rehearsal      # the server's last request (adopted values to rehearse with) or None
+        self.locale, self.bundle, self.hot_runs = locale, bundle, hot_runs
+        self.have = {}                  # this process's adopted fields, as of its preparation
+
+    # ------------------------------------------------------------------ before the call
+    def prepare(self, wait_ms):
+        """Wait ``wait_ms`` for a call first (right after one, another often follows: this work would
+        compete with it); then rehearse the last call's values and fault in the learnt pages."""
+        p = select.poll()
+        p.register(self.chan, select.POLLIN)
+        if p.poll(wait_ms):
+            return
+        self.have = snapshot.fields(snapshot.adopted_part(()))
+        if self.rehearsal is not None:
+            try:
+                want = snapshot.fields(snapshot.split(self.rehearsal.snapshot)[1])
+                keys = [b"Umask:", b"SigIgn:"]
+                if _no_lower_hard(want.get(b"rlimits", b""), self.have.get(b"rlimits", b"")):
+                    keys.append(b"rlimits")  # (a hard limit lowered here could not be raised again without
+                                             # CAP_SYS_RESOURCE: such a rehearsal is skipped)
+                Adopter({k: v for k, v in want.items() if k in keys}, self.have).run()
+                environment(self.rehearsal.env)
+                self.have = snapshot.fields(snapshot.adopted_part(()))
+            except (Refused, ValueError, OSError):
+                pass
+        fresh_stdio()
+        if not self.learns:
+            pages.prefault(self.hot_runs, self.chan)
+
+    def wait(self):
+        """The hand-off: (request, connection), or None when the server is done with us (EOF). A malformed
+        hand-off (a defect) raises ValueError."""
+        try:
+            data, fds, trunc = wire.recv_with_fds(self.chan, wire.MAX_REQUEST + HANDOFF.size, wire.MAX_FDS + 1)
+        except ConnectionError:
+            return None
+        if not data:
+            return None
+        if trunc or len(data) < HANDOFF.size or not fds:
+            raise ValueError(f"hand-off of {len(data)} bytes, {len(fds)} fds{', truncated' if trunc else ''}")
+        req = wire.parse(data[HANDOFF.size:])
+        req.peer_pid = HANDOFF.unpack_from(data)[0]
+        req.fds = fds[:-1]
+        if len(req.fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
+            raise ValueError(f"hand-off with {len(req.fds)} fds for {len(req.fd_numbers)} inherited ones")
+        return req, fds[-1]
+
+    # ------------------------------------------------------------------ the call
+    def take(self, req, conn_fd):
+        """Adopt, prove, wait for GO, begin (never returns once begun: the call ends in os._exit)."""
+        fixed = req.fixed
+        moved = _place(req.inherited, [conn_fd, self.chan.fileno()] + list(fixed.values()))
+        conn = socket.socket(fileno=moved[0])
+        self.chan.detach()  # (its old number is closed: the object must never close it again)
+        self.chan = socket.socket(fileno=moved[1])
+        fixed = dict(zip(fixed, moved[2:]))
+        try:
+            self.adopt(req, fixed)
+        except Refused as e:
+            return self.refuse(conn, str(e), e.key)
+        except (OSError, ValueError) as e:
+            return self.refuse(conn, f"adopt-{type(e).__name__}")
+        close_all_but(list(req.fd_numbers) + [conn.fileno(), self.chan.fileno()])
+        p = select.poll()
+        p.register(conn, select.POLLIN)
+        if not p.poll(GO_WAIT_MS):
+            return
+        try:
+            if conn.recv(8, socket.MSG_DONTWAIT) != wire.GO:
+                return
+            conn.send(wire.BEGAN + struct.pack("<I", os.getpid()), socket.MSG_DONTWAIT)
+        except OSError:
+            return
+        try:
+            self.chan.send(CHAN_BEGAN, socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+        # The call is ours now. If the launcher dies, the kernel kills us (SIGIO on hang-up, as SIGKILL).
+        c = conn.fileno()
+        fcntl.fcntl(c, fcntl.F_SETSIG, signal.SIGKILL)
+        fcntl.fcntl(c, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) | os.O_ASYNC)
+        p.register(c, select.POLLIN | select.POLLHUP | select.POLLRDHUP)
+        if p.poll(0):
+            os._exit(1)  # the launcher went away between GO and here
+        guard.PLUGIN_PID = req.peer_pid
+        _report_exit_early(conn, self.chan if self.learns else None)
+        self.run(sys.argv)  # never returns: ends with os._exit
+
+    def adopt(self, req, fixed):
+        key, adopted = snapshot.split(req.snapshot)
+        want = snapshot.fields(adopted)
+        # What can never be taken on first: this process's key part, now, is the launcher's, and the
+        # namespaces and root it named are the ones the kernel passed.
+        mine = snapshot.key_part(self.bundle, self.locale)
+        if mine != key:
+            raise Refused(snapshot.first_difference(key, mine), key=True)
+        for name, fd in fixed.items():
+            if name != "cwd":
+                a, b = os.fstat(fd), os.stat("/" if name == "root" else f"/proc/self/ns/{name[3:]}")
+                if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                    raise Refused(name.replace("ns ", "ns-"), key=True)
+        os.fchdir(fixed["cwd"])
+        Adopter(want, self.have).run()
+        environment(req.env)
+        argv = [self.program, req.applet] + [os.fsdecode(a) for a in req.args]
+        sys.argv = argv
+        sys.stdin, sys.stdout, sys.stderr = stdio = fresh_stdio()
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = stdio
+        syscalls.set_name(req.applet.encode()[:15])
+        blocked = int(want.get(b"SigBlk:", b"0"), 16)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [s for s in range(1, 65) if blocked >> (s - 1) & 1
+                                                    and s not in (signal.SIGKILL, signal.SIGSTOP)])
+        # The caller's process group last (group signals reach us from here on): its session is ours.
+        try:
+            os.setpgid(0, int(want[b"pgid"]))
+        except (OSError, KeyError, ValueError) as e:
+            raise Refused(f"pgid: {e}")
+        # The proof: this process's adopted part, now, is the launcher's (what Python's start-up changes
+        # in an exec'd plugin aside).
+        expect = snapshot.expected(adopted)
+        mine = snapshot.adopted_part(req.fd_numbers)
+        if mine != expect:
+            # A value that moved since this spare's preparation (someone reniced it, say): set every
+            # field once more, then it must hold.
+            Adopter(want, {}, force=True).run()
+            mine = snapshot.adopted_part(req.fd_numbers)
+            if mine != expect:
+                raise Refused(snapshot.first_difference(expect, mine))
+
+    def refuse(self, conn, reason, key=False):
+        why = reason.encode("ascii", "replace")
+        for sock, msg in ((conn, wire.REFUSED + why), (self.chan, CHAN_REFUSED + (b"K" if key else b"A") + why)):
+            try:
+                sock.send(msg, socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+        os._exit(CHILD_REFUSED)
+
+
+def _report_exit_early(conn, chan=None):
+    """The call ends in os._exit(code) once its output is flushed (entry.run, skel.main): send the
+    launcher EXITED with that status right there, so that it need not wait for this process's teardown
+    and the server's wake-up. (A killed child is still reported by the server; a process forked by the
+    plugin that calls os._exit does not send.) Then, the launcher gone, report to the server over
+    ``chan`` the pages this process wrote, for the next spares."""
+    real_exit, me, c = os._exit, os.getpid(), conn.fileno()
+
+    def _exit(code):
+        try:
+            if os.getpid() == me:
+                # The caller's stdio goes first (its output is flushed: nothing is buffered past os._exit):
+                # a runtime reading pipes waits for their last writer.
+                os.closerange(0, 3)
+                try:  # disarm the launcher-death SIGKILL first: the launcher ends as soon as it has read this
+                    fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) & ~os.O_ASYNC)
+                    conn.send(wire.exited((code & 0xFF) << 8), socket.MSG_DONTWAIT)
+                except (OSError, TypeError):
+                    pass
+                if chan:
+                    chan.send(CHAN_PAGES + pages.written(), socket.MSG_DONTWAIT)
+        except BaseException:  # (a report is never worth more than the exit itself)
+            pass
+        finally:
+            real_exit(code)
+    os._exit = _exit

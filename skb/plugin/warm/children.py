@@ -1,0 +1,232 @@
+"""The server's children: a small pool of spares forked ahead of calls, and the calls in flight.
+
+A spare is forked while no call is waiting to be accepted, prepares itself at SCHED_IDLE (so that its
+work only ever takes a CPU nothing else wants: docs/WARM.md, "Ready for bursts"), and waits on a private
+socket (its channel) for a call the server has admitted. The server hands it the call (the request, the
+fds and the connection), puts it back to SCHED_OTHER, and keeps the pool full: every call of a burst
+finds a spare already forked, and most find one prepared.
+"""
+import _signal
+import os
+import signal
+import socket
+import time
+
+from skb.plugin.warm import adopt, pages, syscalls, wire
+
+POOL = 3                # spares kept forked ahead of calls
+PREPARE_AFTER_MS = 0    # a spare waits this long for a call before preparing (it prepares at SCHED_IDLE)
+LOST_BACKOFF = 2.0      # seconds without new spares after one ended without a call
+
+
+class Spare:
+    __slots__ = ("pid", "pidfd", "chan", "learns", "made")
+
+    def __init__(self, pid, pidfd, chan, learns):
+        self.pid, self.pidfd, self.chan, self.learns = pid, pidfd, chan, learns
+        self.made = time.monotonic()
+
+
+class Call:
+    """A call handed to a child, until the child is reaped."""
+    __slots__ = ("pid", "pidfd", "conn", "chan", "launcher", "accepted", "handoff_ms", "stopped", "learns")
+
+    def __init__(self, spare, conn, launcher, accepted):
+        self.pid, self.pidfd, self.chan, self.learns = spare.pid, spare.pidfd, spare.chan, spare.learns
+        self.conn, self.launcher, self.accepted = conn, launcher, accepted
+        self.handoff_ms = (time.monotonic() - accepted) * 1000
+        self.stopped = False    # the server stopped the child because its launcher was stopped
+
+
+class Children:
+    """The pool of spares and the calls in flight, with their pidfds watched by the server's epoll."""
+
+    def __init__(self, server):
+        self.server = server
+        self.spares = []        # oldest first: the oldest has had the most time to prepare
+        self.calls = {}         # pidfd -> Call
+        self.made = 0
+        self.lost = 0
+        self.learnt = pages.Learnt()
+        self.rehearsal = None   # the last admitted request: what the next spares rehearse with
+        self.quiet_until = 0.0  # no spare is forked before this (monotonic): one was just lost
+
+    def owns(self, fd):
+        return fd in self.calls or any(s.pidfd == fd for s in self.spares)
+
+    # ------------------------------------------------------------------ making spares
+    def fill(self):
+        """Fork one spare if the pool is short; True if more are wanted."""
+        s = self.server
+        if s.stopping or len(self.spares) >= POOL or len(self.calls) + len(self.spares) >= s.max_children + POOL:
+            return False
+        if time.monotonic() < self.quiet_until:
+            return False
+        spare = self.fork()
+        if spare:
+            self.spares.append(spare)
+        return spare is not None and len(self.spares) < POOL
+
+    def fork(self):
+        """A new spare, or None (fork, socketpair failures: logged; calls then find none and go by exec)."""
+        s = self.server
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        except OSError as e:
+            s.log(f"no spare: {e}")
+            return None
+        self.made += 1
+        learns = pages.learns(self.made)
+        child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
+        try:
+            pid = os.fork()
+        except OSError as e:
+            s.log(f"no spare: fork failed: {e}")
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            try:
+                # The server's own handlers (they would stop the server from the child) go first.
+                _signal.signal(signal.SIGTERM, _signal.SIG_DFL)
+                _signal.signal(signal.SIGINT, _signal.default_int_handler)
+                _signal.signal(signal.SIGHUP, _signal.SIG_DFL)
+                signal.set_wakeup_fd(-1)
+                if syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == s.pid:
+                    s.forget_in_child()
+                    ours.detach()
+                    adopt.close_all_but([0, 1, 2, theirs.fileno()])  # (stdio: the server's /dev/null)
+                    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                    self.spare_main(child)
+            finally:
+                os._exit(adopt.CHILD_REFUSED)
+        theirs.close()
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # cannot happen for our own unreaped child; never leave one unwatched
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            ours.close()
+            return None
+        s.watch(pidfd)
+        return Spare(pid, pidfd, ours, learns)
+
+    @staticmethod
+    def spare_main(child):
+        try:
+            child.prepare(PREPARE_AFTER_MS)
+            got = child.wait()
+            if got:
+                child.take(*got)
+        except Exception as e:  # a defect: say so (the server logs it); the call, not begun, goes by exec
+            import traceback  # (only on this path: a spare that is about to end)
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            detail = f"crash: {type(e).__name__}: {e} at {os.path.basename(where.filename)}:{where.lineno}"
+            try:
+                child.chan.send(adopt.CHAN_REFUSED + b"A" + detail.encode("utf-8", "replace")[:4000],
+                                socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ handing calls over
+    def hand(self, req_data, fds, conn, launcher, accepted):
+        """Give an admitted call to a spare (the oldest; a fresh one when the pool is empty). The Call,
+        or None when no child could be had (the call then goes by exec)."""
+        header = adopt.HANDOFF.pack(launcher)
+        for _ in range(2):
+            spare = self.spares.pop(0) if self.spares else self.fork()
+            if spare is None:
+                return None
+            try:  # out of SCHED_IDLE before anything else: the call must not wait for an idle CPU
+                os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+            try:
+                wire.send_with_fds(spare.chan, header + req_data, fds + [conn.fileno()], socket.MSG_DONTWAIT)
+            except OSError:  # it cannot take this call: end it; the next spare (or a fresh one) will
+                self.kill(spare)
+                continue
+            call = Call(spare, conn, launcher, accepted)
+            self.calls[spare.pidfd] = call
+            return call
+        return None
+
+    def kill(self, spare):
+        self.lost += 1
+        try:
+            os.kill(spare.pid, signal.SIGKILL)
+            os.waitpid(spare.pid, 0)
+        except OSError:
+            pass
+        self.server.unwatch(spare.pidfd)
+        os.close(spare.pidfd)
+        spare.chan.close()
+
+    # ------------------------------------------------------------------ reaping
+    def reap(self, pidfd):
+        """A child ended: a spare that never got a call, or a call's child. Returns the Call, if any, with
+        (began, refusal) from what the child said on its channel, and its wait status and rusage."""
+        self.server.unwatch(pidfd)
+        for i, spare in enumerate(self.spares):
+            if spare.pidfd == pidfd:  # a spare that ended without a call: a defect, or the server stopping
+                del self.spares[i]
+                try:
+                    os.waitpid(spare.pid, 0)
+                except OSError:
+                    pass
+                os.close(pidfd)
+                try:
+                    said = spare.chan.recv(4096, socket.MSG_DONTWAIT)
+                except OSError:
+                    said = b""
+                spare.chan.close()
+                if not self.server.stopping:
+                    self.lost += 1
+                    self.server.log(f"spare {spare.pid} ended without a call: {said[2:].decode('utf-8', 'replace')}")
+                    # no new spare for a while: a spare that cannot live must not make the server spin
+                    self.quiet_until = time.monotonic() + LOST_BACKOFF
+                return None
+        call = self.calls.pop(pidfd)
+        os.close(pidfd)
+        try:
+            _, status, ru = os.wait4(call.pid, 0)
+        except ChildProcessError:  # (reaped elsewhere: cannot happen; reported as killed)
+            status, ru = signal.SIGKILL, None
+        began, refusal = False, None
+        while True:
+            try:
+                msg = call.chan.recv(wire.MAX_REQUEST, socket.MSG_DONTWAIT)
+            except OSError:
+                break
+            if not msg:
+                break
+            if msg[:1] == adopt.CHAN_BEGAN:
+                began = True
+            elif msg[:1] == adopt.CHAN_REFUSED:
+                refusal = (msg[1:2] == b"K", msg[2:].decode("ascii", "replace") or "adopt")
+            elif msg[:1] == adopt.CHAN_PAGES and call.learns:
+                self.learnt.add(msg[1:])
+        call.chan.close()
+        return call, began, refusal, status, ru
+
+    def stop_with_launchers(self):
+        """Stop a child whose launcher is stopped (SIGSTOP to the launcher alone reaches nobody else: the
+        kernel tells no process but the launcher's parent), continue it when the launcher runs again."""
+        for call in self.calls.values():
+            try:
+                with open(f"/proc/{call.launcher}/stat", "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1][1:2]
+            except (OSError, IndexError):
+                continue
+            stopped = state == b"T"
+            if stopped != call.stopped:
+                try:
+                    os.kill(call.pid, signal.SIGSTOP if stopped else signal.SIGCONT)
+                    call.stopped = stopped
+                except OSError:
+                    pass
+
+    def release_spares(self):
+        """Stopping: every spare sees its channel close and ends (then it is reaped as usual)."""
+        for spare in self.spares:
+            spare.chan.close()

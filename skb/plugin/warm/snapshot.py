@@ -1,0 +1,188 @@
+"""The snapshot: a process's inherited state as text, built byte for byte as build/warm_snapshot.c builds it.
+
+Its key part (up to the line ``adopt``) is what a forked child can never take on (namespaces, root,
+credentials, cgroup, session, ...): its hash names the server's socket, so callers of different contexts
+never meet. Its adopted part is what the child sets to the caller's values (docs/WARM.md has the table of
+every row, and why). The launcher sends its own snapshot with each call; the child, once it has adopted
+the call, builds its own and begins only if the two are equal (``expected`` accounts for what Python's
+start-up changes in an exec'd plugin).
+"""
+import fcntl
+import os
+import resource
+import signal
+
+from skb.plugin.warm import syscalls
+from skb.plugin.warm.wire import NS
+
+VERSION_LINE = b"skb-warm 2\n"
+ADOPT_LINE = b"adopt\n"
+KEY_STATUS = (b"Uid:", b"Gid:", b"Groups:", b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:", b"NoNewPrivs:",
+              b"Seccomp:", b"Seccomp_filters:", b"Mems_allowed_list:")
+ADOPTED_STATUS = (b"Umask:", b"SigPnd:", b"ShdPnd:", b"SigBlk:", b"SigIgn:", b"Cpus_allowed_list:")
+LOCALE = (b"LC_ALL", b"LC_CTYPE", b"LANG")
+NLIMITS = 16
+INFINITY = 0xFFFFFFFFFFFFFFFF
+# what Python's start-up does to an exec'd plugin's signals: SIGPIPE and SIGXFSZ ignored
+PYTHON_IGNORES = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
+
+
+def _di(st):
+    return b"%d:%d" % (st.st_dev, st.st_ino)
+
+
+def _value(path):
+    v = syscalls.read_small(path)
+    if v is None:
+        return b"none"
+    v = v.rstrip(b"\n\0")
+    return v or b"none"
+
+
+def _status_lines(status, keys):
+    return b"".join(line + b"\n" for line in status.split(b"\n") if line.startswith(keys))
+
+
+def key_part(bundle, locale_lines):
+    """The key part of this process's snapshot (with the final ``adopt`` line). ``locale_lines``: the
+    server's locale as its interpreter saw it at start-up (locale_of)."""
+    out = [VERSION_LINE, b"bundle ", os.fsencode(bundle), b"\n"]
+    for ns in NS:
+        out += [b"ns ", ns.encode(), b" ", _di(os.stat(f"/proc/self/ns/{ns}")), b"\n"]
+    out += [b"root ", _di(os.stat("/")), b"\n"]
+    out.append(_status_lines(syscalls.read_small("/proc/self/status") or b"", KEY_STATUS))
+    out += [b"/proc/self/cgroup\n", syscalls.read_small("/proc/self/cgroup") or b""]
+    autogroup = _value("/proc/self/autogroup").split(b" ")[0]
+    out.append(b"sid %d\nloginuid %s\nsessionid %s\npersonality %d\nsecurebits %d\ndumpable %d\nkeyring %d\n"
+               b"autogroup %s\nlabel %s\n"
+               % (os.getsid(0), _value("/proc/self/loginuid"), _value("/proc/self/sessionid"),
+                  syscalls.personality(), syscalls.prctl(syscalls.PR_GET_SECUREBITS),
+                  syscalls.prctl(syscalls.PR_GET_DUMPABLE), syscalls.session_keyring(), autogroup,
+                  _value("/proc/self/attr/current")))
+    out.append(locale_lines)
+    out.append(ADOPT_LINE)
+    return b"".join(out)
+
+
+def locale_of(environ):
+    """The locale lines of an environment (bytes -> bytes), as the launcher writes its own."""
+    return b"".join(k + b"=" + environ[k] + b"\n" if k in environ else k + b" unset\n" for k in LOCALE)
+
+
+def rlimits():
+    return tuple(resource.getrlimit(r) for r in range(NLIMITS))
+
+
+def _lim(v):
+    return INFINITY if v == resource.RLIM_INFINITY else v
+
+
+def adopted_part(fd_numbers):
+    """The adopted part of this process's snapshot, now. ``fd_numbers``: the fds it should have open
+    without close-on-exec (any other such fd is listed too, and so makes the two texts differ)."""
+    status = syscalls.read_small("/proc/self/status") or b""
+    stat = (syscalls.read_small("/proc/self/stat") or b")").rsplit(b")", 1)[1].split()
+    attr = syscalls.sched_attr()
+    mp = syscalls.mempolicy()
+    out = [b"pgid %d\nnice %d\n" % (os.getpgrp(), os.getpriority(os.PRIO_PROCESS, 0)),
+           b"sched %s\n" % (b" ".join(b"%d" % v for v in attr) if attr else b"none"),
+           b"ioprio %d\ntimerslack %d\noom_score_adj %s\nthp_disable %d\n"
+           % (syscalls.ioprio(), syscalls.prctl(syscalls.PR_GET_TIMERSLACK), _value("/proc/self/oom_score_adj"),
+              syscalls.prctl(syscalls.PR_GET_THP_DISABLE)),
+           b"spec %d %d %d\n" % syscalls.speculation(),
+           b"mempolicy %s\n" % (b"%d %s" % (mp[0], b",".join(b"%x" % w for w in mp[1])) if mp else b"none"),
+           _status_lines(status, ADOPTED_STATUS),
+           b"rlimits %s\n" % b" ".join(b"%d:%d" % (_lim(s), _lim(h)) for s, h in rlimits()),
+           b"itimers %d %d %d\n" % tuple(int(signal.getitimer(w)[0] > 0)
+                                         for w in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)),
+           b"tty %s %s\n" % (stat[4] if len(stat) > 5 else b"?", stat[5] if len(stat) > 5 else b"?"),
+           b"cwd %s\n" % _di(os.stat("."))]
+    for fd in open_fds():
+        out.append(b"fd %d %s %o\n" % (fd, _di(os.fstat(fd)), _getfl(fd)))
+    return b"".join(out)
+
+
+def _getfl(fd):
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
+
+
+def open_fds():
+    """This process's open fds that an exec would keep (no close-on-exec), ascending."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC:
+                out.append(fd)
+        except OSError:  # the listing's own fd, closed by now
+            continue
+    return sorted(out)
+
+
+def split(text):
+    """(key part with its ``adopt`` line, adopted part) of a snapshot text."""
+    at = text.find(b"\n" + ADOPT_LINE)
+    if at < 0 and not text.startswith(ADOPT_LINE):
+        raise ValueError("no adopt line")
+    cut = at + 1 + len(ADOPT_LINE) if at >= 0 else len(ADOPT_LINE)
+    return text[:cut], text[cut:]
+
+
+def fields(adopted):
+    """{first word: rest of the line} of an adopted part (``fd`` lines under their ``fd N`` prefix)."""
+    out = {}
+    for line in adopted.split(b"\n"):
+        if not line:
+            continue
+        word, _, rest = line.partition(b" " if not line.startswith(tuple(ADOPTED_STATUS)) else b"\t")
+        if word == b"fd":
+            n, _, rest = rest.partition(b" ")
+            word = b"fd " + n
+        out[word] = rest
+    return out
+
+
+def expected(launcher_adopted):
+    """What the child's adopted part must read when it has taken the call on: the launcher's, but for
+    what Python's start-up changes in every exec'd plugin (SIGPIPE and SIGXFSZ ignored)."""
+    out = []
+    for line in launcher_adopted.split(b"\n"):
+        if line.startswith(b"SigIgn:"):
+            line = b"SigIgn:\t%016x" % (int(line.split(b"\t")[1], 16) | PYTHON_IGNORES)
+        out.append(line)
+    return b"\n".join(out)
+
+
+def first_difference(a, b):
+    """"<reason>: <line of a> / <line of b>" for the first line where snapshot texts a (the launcher's) and
+    b (the child's) differ: the refusal's reason (counted by the server) and what differed (logged)."""
+    la, lb = a.split(b"\n"), b.split(b"\n")
+    for x, y in zip(la + [b"(end)"] * (len(lb) - len(la)), lb + [b"(end)"] * (len(la) - len(lb))):
+        if x != y:
+            shown = (x[:120].decode("utf-8", "replace"), y[:120].decode("utf-8", "replace"))
+            return f"{reason(x if x != b'(end)' else y)}: launcher {shown[0]!r}, child {shown[1]!r}"
+    return "snapshot"
+
+
+def reason(line):
+    word = line.split(b" ")[0].split(b"\t")[0].rstrip(b":").decode("ascii", "replace")
+    if word == "ns":
+        return "ns-" + line.split(b" ")[1].decode("ascii", "replace")
+    if word.startswith("/proc/self/"):
+        return word[len("/proc/self/"):]
+    if word.startswith("LC_") or word.startswith("LANG"):
+        return "locale"
+    if word.startswith("Cap"):
+        return "capabilities"
+    if word in ("SigBlk", "SigIgn"):
+        return "signals"
+    if word in ("SigPnd", "ShdPnd"):
+        return "pending-signals"
+    return word.lower() or "snapshot"
+
+
+def fnv1a(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
