@@ -349,12 +349,15 @@ static void pass_signals_on(pid_t child)
     }
 }
 
-/* End as the child ended: with its exit code, or by the same signal. */
+/* End as the child ended: with its exit code, or by the same signal (without a core dump of the launcher:
+ * the child's was the one to dump, where the caller's limits allowed it). */
 static void mirror(int status)
 {
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
+        struct rlimit none = {0, 0};
         sigset_t one;
+        setrlimit(RLIMIT_CORE, &none);
         signal(sig, SIG_DFL);
         sigemptyset(&one);
         sigaddset(&one, sig);

@@ -18,6 +18,7 @@
 
 #include "launcher.h"
 
+#include <sys/auxv.h>
 #ifndef PR_GET_SPECULATION_CTRL
 #define PR_GET_SPECULATION_CTRL 52
 #endif
@@ -25,6 +26,12 @@
 #define PR_GET_THP_DISABLE 42
 #endif
 #define NODEMASK_LONGS 16
+#define PR_GET_TSC_ 25
+#define PR_MCE_KILL_GET_ 34
+#define PR_GET_CHILD_SUBREAPER_ 37
+#define PR_GET_IO_FLUSHER_ 58
+#define PR_SCHED_CORE_ 62
+#define PR_GET_MDWE_ 66
 
 const char *const NS[NNS] = {"net", "mnt", "pid", "pid_for_children", "user", "uts", "ipc", "cgroup", "time",
                              "time_for_children"};
@@ -144,10 +151,23 @@ static int add_status(struct msg *m, const char *const *keys)
     return 1;
 }
 
+/* KSM's merge-any flag (systemd's MemoryKSM=), from /proc/self/ksm_stat; "none" without KSM. */
+static void add_ksm(struct msg *m)
+{
+    char b[1024];
+    const char *at;
+    if (slurp("/proc/self/ksm_stat", b, sizeof(b)) < 0 || !(at = strstr(b, "ksm_merge_any "))) {
+        adds(m, "none");
+        return;
+    }
+    at += 14;
+    add(m, at, strcspn(at, "\n"));
+}
+
 static const char *const KEY_STATUS[] = {"Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:",
                                          "CapAmb:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:",
                                          "Mems_allowed_list:", NULL};
-static const char *const ADOPTED_STATUS[] = {"Umask:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:",
+static const char *const ADOPTED_STATUS[] = {"Umask:", "TracerPid:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:",
                                              "Cpus_allowed_list:", NULL};
 
 int snapshot_key(struct msg *m, const char *bundle, const int *fixed)
@@ -181,6 +201,18 @@ int snapshot_key(struct msg *m, const char *bundle, const int *fixed)
     adds(m, "\nsecurebits "), addi(m, prctl(PR_GET_SECUREBITS, 0, 0, 0, 0));
     adds(m, "\ndumpable "), addi(m, prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
     adds(m, "\nkeyring "), addi(m, (int)syscall(SYS_keyctl, 0 /* GET_KEYRING_ID */, -3 /* SESSION */, 0));
+    adds(m, "\nreqkey "), addi(m, (int)syscall(SYS_keyctl, 14 /* SET_REQKEY_KEYRING */, -1 /* NO_CHANGE */));
+    adds(m, "\nsecure "), addu(m, getauxval(AT_SECURE));
+    int v = 0;
+    adds(m, "\nsubreaper "), addi(m, prctl(PR_GET_CHILD_SUBREAPER_, &v, 0, 0, 0) == 0 ? v : -1);
+    adds(m, "\nkeepcaps "), addi(m, prctl(PR_GET_KEEPCAPS, 0, 0, 0, 0));
+    adds(m, "\nmdwe "), addi(m, prctl(PR_GET_MDWE_, 0, 0, 0, 0));
+    unsigned long long cookie = 0;
+    adds(m, "\ncore_sched ");
+    if (prctl(PR_SCHED_CORE_, 0 /* GET */, 0, 0 /* PIDTYPE_PID */, &cookie) == 0)
+        addu(m, cookie);
+    else
+        adds(m, "none");
     adds(m, "\nautogroup "), add_value(m, "/proc/self/autogroup", 1);
     adds(m, "\nlabel "), add_value(m, "/proc/self/attr/current", 0);
     adds(m, "\n");
@@ -227,6 +259,12 @@ int snapshot_adopted(struct msg *m, const int *fixed, const int *inherited, int 
     adds(m, "\nspec ");
     for (int i = 0; i < 3; i++)
         addi(m, prctl(PR_GET_SPECULATION_CTRL, i, 0, 0, 0)), adds(m, i < 2 ? " " : "");
+    int tsc = 0;
+    adds(m, "\ntsc "), addi(m, prctl(PR_GET_TSC_, &tsc, 0, 0, 0) == 0 ? tsc : -1);
+    adds(m, "\nmce_kill "), addi(m, prctl(PR_MCE_KILL_GET_, 0, 0, 0, 0));
+    adds(m, "\nio_flusher "), addi(m, prctl(PR_GET_IO_FLUSHER_, 0, 0, 0, 0));
+    adds(m, "\ncoredump_filter "), add_value(m, "/proc/self/coredump_filter", 0);
+    adds(m, "\nksm "), add_ksm(m);
     int mode = 0;
     unsigned long mask[NODEMASK_LONGS];
     memset(mask, 0, sizeof(mask));

@@ -30,6 +30,7 @@ HANDOFF = struct.Struct("<I")  # the server's header of a hand-off: the launcher
 CHAN_BEGAN = b"B"      # the call has begun
 CHAN_REFUSED = b"R"    # + "K" (a key-part difference: the server has drifted) or "A", + the reason
 CHAN_PAGES = b"P"      # + the packed page numbers the call wrote (learning spares)
+CHAN_READY = b"Y"      # the spare has prepared itself (before any call)
 
 
 class Refused(Exception):
@@ -120,59 +121,123 @@ def fresh_stdio():
 
 
 class Adopter:
-    """Sets this process's adoptable state to a snapshot's adopted part. ``have``: the values this
-    process holds already (its own adopted fields from its preparation), so that equal ones cost no call;
-    ``force``: set every field regardless (a second pass after a drift)."""
+    """Sets fields of this process's adoptable state to the launcher's values (``want``: the fields of its
+    adopted part); ``have``: this process's own fields, so that a multi-valued field (limits,
+    speculation controls) changes only what differs. ``changed``: the fields it set."""
 
-    def __init__(self, want, have, force=False):
-        self.want, self.have, self.force = want, have, force
+    def __init__(self, want, have):
+        self.want, self.have = want, have
+        self.changed = set()
 
-    def differs(self, name):
-        return name in self.want and (self.force or self.want[name] != self.have.get(name))
+    def run(self, names):
+        for name, setter in _SETTERS:
+            if name in names and name in self.want:
+                setter(self, self.want[name])
+                self.changed.add(name)
 
-    def run(self):
-        w = self.want
-        if self.differs(b"Umask:"):
-            os.umask(int(w[b"Umask:"], 8))
-        if self.differs(b"rlimits"):
-            old = self.have.get(b"rlimits", b"").split()
-            for r, pair in enumerate(w[b"rlimits"].split()):
-                if self.force or r >= len(old) or old[r] != pair:
-                    soft, hard = (_rlim(int(v)) for v in pair.split(b":"))
-                    _set(lambda: resource.setrlimit(r, (soft, hard)), "rlimits")
-        if self.differs(b"nice"):
-            _set(lambda: os.setpriority(os.PRIO_PROCESS, 0, int(w[b"nice"])), "nice")
-        if self.differs(b"sched") and w[b"sched"] != b"none":
-            policy, flags, prio = (int(v) for v in w[b"sched"].split()[:3])
+    def umask(self, v):
+        os.umask(int(v, 8))
+
+    def rlimits(self, v):
+        old = self.have.get(b"rlimits", b"").split()
+        for r, pair in enumerate(v.split()):
+            if r >= len(old) or old[r] != pair:
+                soft, hard = (_rlim(int(x)) for x in pair.split(b":"))
+                _set(lambda: resource.setrlimit(r, (soft, hard)), "rlimits")
+
+    def nice(self, v):
+        _set(lambda: os.setpriority(os.PRIO_PROCESS, 0, int(v)), "nice")
+
+    def sched(self, v):
+        if v != b"none":
+            policy, flags, prio = (int(x) for x in v.split()[:3])
             _set(lambda: os.sched_setscheduler(0, policy | (os.SCHED_RESET_ON_FORK if flags & 1 else 0),
                                                os.sched_param(prio)), "sched")
-        if self.differs(b"ioprio"):
-            _check(syscalls.set_ioprio(int(w[b"ioprio"])), "ioprio")
-        if self.differs(b"timerslack"):
-            _check(syscalls.prctl_ok(syscalls.PR_SET_TIMERSLACK, int(w[b"timerslack"])), "timerslack")
-        if self.differs(b"oom_score_adj"):
-            def write():
-                fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    os.write(fd, w[b"oom_score_adj"])
-                finally:
-                    os.close(fd)
-            _set(write, "oom_score_adj")
-        if self.differs(b"thp_disable"):
-            _check(syscalls.prctl_ok(syscalls.PR_SET_THP_DISABLE, int(w[b"thp_disable"])), "thp_disable")
-        if self.differs(b"spec"):
-            have = self.have.get(b"spec", b"").split()
-            for i, v in enumerate(int(x) for x in w[b"spec"].split()):
-                if (self.force or i >= len(have) or int(have[i]) != v) and v >= 0 and v & syscalls.PR_SPEC_PRCTL:
-                    value = v & (syscalls.PR_SPEC_ENABLE | syscalls.PR_SPEC_DISABLE | syscalls.PR_SPEC_FORCE_DISABLE)
-                    syscalls.prctl_ok(syscalls.PR_SET_SPECULATION_CTRL, syscalls.SPEC_MISFEATURES[i], value)
-        if self.differs(b"mempolicy") and w[b"mempolicy"] != b"none":
-            mode, words = w[b"mempolicy"].split()
+
+    def ioprio(self, v):
+        _check(syscalls.set_ioprio(int(v)), "ioprio")
+
+    def timerslack(self, v):
+        _check(syscalls.prctl_ok(syscalls.PR_SET_TIMERSLACK, int(v)), "timerslack")
+
+    def oom_score_adj(self, v):
+        _set(lambda: _write("/proc/self/oom_score_adj", v), "oom_score_adj")
+
+    def thp_disable(self, v):
+        _check(syscalls.prctl_ok(syscalls.PR_SET_THP_DISABLE, int(v)), "thp_disable")
+
+    def spec(self, v):
+        have = self.have.get(b"spec", b"").split()
+        for i, x in enumerate(int(y) for y in v.split()):
+            if (i >= len(have) or int(have[i]) != x) and x >= 0 and x & syscalls.PR_SPEC_PRCTL:
+                value = x & (syscalls.PR_SPEC_ENABLE | syscalls.PR_SPEC_DISABLE | syscalls.PR_SPEC_FORCE_DISABLE)
+                syscalls.prctl_ok(syscalls.PR_SET_SPECULATION_CTRL, syscalls.SPEC_MISFEATURES[i], value)
+
+    def tsc(self, v):
+        if int(v) > 0:
+            _check(syscalls.prctl_ok(syscalls.PR_SET_TSC, int(v)), "tsc")
+
+    def mce_kill(self, v):
+        policy = int(v)  # 2: the system's default (cleared), else late (0) or early (1)
+        if policy >= 0:
+            _check(syscalls.prctl_ok(syscalls.PR_MCE_KILL, 0 if policy == 2 else 1, 0 if policy == 2 else policy),
+                   "mce_kill")
+
+    def coredump_filter(self, v):
+        if v != b"none":
+            _set(lambda: _write("/proc/self/coredump_filter", v), "coredump_filter")
+
+    def mempolicy(self, v):
+        if v != b"none":
+            mode, words = v.split()
             _check(syscalls.set_mempolicy(int(mode), [int(x, 16) for x in words.split(b",")]), "mempolicy")
-        if self.differs(b"Cpus_allowed_list:"):
-            _set(lambda: os.sched_setaffinity(0, _cpus(w[b"Cpus_allowed_list:"])), "cpus_allowed_list")
-        if self.differs(b"SigIgn:"):
-            signals(int(w[b"SigIgn:"], 16))
+
+    def affinity(self, v):
+        _set(lambda: os.sched_setaffinity(0, _cpus(v)), "cpus_allowed_list")
+
+    def ignored(self, v):
+        signals(int(v, 16))
+
+    def blocked(self, v):
+        mask = int(v, 16)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [s for s in range(1, 65) if mask >> (s - 1) & 1
+                                                    and s not in (signal.SIGKILL, signal.SIGSTOP)])
+
+
+_SETTERS = ((b"Umask:", Adopter.umask), (b"rlimits", Adopter.rlimits), (b"nice", Adopter.nice),
+            (b"sched", Adopter.sched), (b"ioprio", Adopter.ioprio), (b"timerslack", Adopter.timerslack),
+            (b"oom_score_adj", Adopter.oom_score_adj), (b"thp_disable", Adopter.thp_disable),
+            (b"spec", Adopter.spec), (b"tsc", Adopter.tsc), (b"mce_kill", Adopter.mce_kill),
+            (b"coredump_filter", Adopter.coredump_filter), (b"mempolicy", Adopter.mempolicy),
+            (b"Cpus_allowed_list:", Adopter.affinity), (b"SigIgn:", Adopter.ignored), (b"SigBlk:", Adopter.blocked))
+# What a spare rehearses with the last call's values (all reversible by a root process; a lower hard limit
+# is not, and is checked apart): the next call, from the same runtime, most likely has the same.
+REHEARSED = {b"Umask:", b"rlimits", b"nice", b"ioprio", b"timerslack", b"oom_score_adj", b"coredump_filter",
+             b"Cpus_allowed_list:", b"SigIgn:"}
+
+
+def _write(path, value):
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value)
+    finally:
+        os.close(fd)
+
+
+def limits_a_fork_cannot_honour(rlimits):
+    """The reason, when the caller's limits would treat an exec'd plugin and a forked child differently:
+    RLIMIT_AS and RLIMIT_DATA bound the whole address space, and a child of the server starts with the
+    server's (an exec'd plugin with its own, smaller one); an infinite RLIMIT_STACK gives an exec'd
+    plugin the legacy memory layout, which a fork keeps from the server."""
+    pairs = [p.split(b":") for p in rlimits.split()]
+    if len(pairs) != snapshot.NLIMITS:
+        return "rlimits"
+    for r, name in ((resource.RLIMIT_AS, "rlimit-as"), (resource.RLIMIT_DATA, "rlimit-data")):
+        if int(pairs[r][0]) != snapshot.INFINITY:
+            return name
+    if int(pairs[resource.RLIMIT_STACK][0]) == snapshot.INFINITY:
+        return "rlimit-stack"
+    return None
 
 
 def _rlim(v):
@@ -202,8 +267,8 @@ class Child:
     def __init__(self, program, run, chan, learns, rehearsal, locale, bundle, hot_runs):
         self.program, self.run, self.chan, self.learns = program, run, chan, learns
         self.rehearsal = rehearsal      # the server's last request (adopted values to rehearse with) or None
-        self.locale, self.bundle, self.hot_runs = locale, bundle, hot_runs
-        self.have = {}                  # this process's adopted fields, as of its preparation
+        self.hot_runs = hot_runs
+        self.snap = snapshot.Snapshot(bundle, locale)
 
     # ------------------------------------------------------------------ before the call
     def prepare(self, wait_ms):
@@ -213,22 +278,25 @@ class Child:
         p.register(self.chan, select.POLLIN)
         if p.poll(wait_ms):
             return
-        self.have = snapshot.fields(snapshot.adopted_part(()))
         if self.rehearsal is not None:
             try:
                 want = snapshot.fields(snapshot.split(self.rehearsal.snapshot)[1])
-                keys = [b"Umask:", b"SigIgn:"]
-                if _no_lower_hard(want.get(b"rlimits", b""), self.have.get(b"rlimits", b"")):
-                    keys.append(b"rlimits")  # (a hard limit lowered here could not be raised again without
-                                             # CAP_SYS_RESOURCE: such a rehearsal is skipped)
-                Adopter({k: v for k, v in want.items() if k in keys}, self.have).run()
+                have = snapshot.fields(self.snap.adopted_part())
+                names = {k for k in REHEARSED if want.get(k) != have.get(k)}
+                if not _no_lower_hard(want.get(b"rlimits", b""), have.get(b"rlimits", b"")):
+                    names.discard(b"rlimits")
+                Adopter(want, have).run(names)
                 environment(self.rehearsal.env)
-                self.have = snapshot.fields(snapshot.adopted_part(()))
             except (Refused, ValueError, OSError):
                 pass
+        self.snap.keep()
         fresh_stdio()
         if not self.learns:
             pages.prefault(self.hot_runs, self.chan)
+        try:
+            self.chan.send(CHAN_READY, socket.MSG_DONTWAIT)
+        except OSError:
+            pass
 
     def wait(self):
         """The hand-off: (request, connection), or None when the server is done with us (EOF). A malformed
@@ -293,9 +361,9 @@ class Child:
     def adopt(self, req, fixed):
         key, adopted = snapshot.split(req.snapshot)
         want = snapshot.fields(adopted)
-        # What can never be taken on first: this process's key part, now, is the launcher's, and the
+        # First what can never be taken on: this process's key part, now, is the launcher's, and the
         # namespaces and root it named are the ones the kernel passed.
-        mine = snapshot.key_part(self.bundle, self.locale)
+        mine = self.snap.key_part()
         if mine != key:
             raise Refused(snapshot.first_difference(key, mine), key=True)
         for name, fd in fixed.items():
@@ -303,31 +371,31 @@ class Child:
                 a, b = os.fstat(fd), os.stat("/" if name == "root" else f"/proc/self/ns/{name[3:]}")
                 if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
                     raise Refused(name.replace("ns ", "ns-"), key=True)
+        why = limits_a_fork_cannot_honour(want.get(b"rlimits", b""))
+        if why:
+            raise Refused(why)
+        # What every call brings (its fds are in place already): cwd, environment, arguments, stdio, name.
         os.fchdir(fixed["cwd"])
-        Adopter(want, self.have).run()
         environment(req.env)
-        argv = [self.program, req.applet] + [os.fsdecode(a) for a in req.args]
-        sys.argv = argv
+        sys.argv = [self.program, req.applet] + [os.fsdecode(a) for a in req.args]
         sys.stdin, sys.stdout, sys.stderr = stdio = fresh_stdio()
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = stdio
         syscalls.set_name(req.applet.encode()[:15])
-        blocked = int(want.get(b"SigBlk:", b"0"), 16)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [s for s in range(1, 65) if blocked >> (s - 1) & 1
-                                                    and s not in (signal.SIGKILL, signal.SIGSTOP)])
-        # The caller's process group last (group signals reach us from here on): its session is ours.
+        # The caller's process group (group signals reach us from here on): its session is ours.
         try:
             os.setpgid(0, int(want[b"pgid"]))
         except (OSError, KeyError, ValueError) as e:
             raise Refused(f"pgid: {e}")
-        # The proof: this process's adopted part, now, is the launcher's (what Python's start-up changes
-        # in an exec'd plugin aside).
+        # Then the rest: this process's adopted part, read now, against the launcher's (what Python's
+        # start-up changes in an exec'd plugin aside). What differs is set to the launcher's value and
+        # read back; what still differs (or cannot be set) is a refusal.
         expect = snapshot.expected(adopted)
-        mine = snapshot.adopted_part(req.fd_numbers)
+        mine = self.snap.adopted_part(req.fd_numbers)
         if mine != expect:
-            # A value that moved since this spare's preparation (someone reniced it, say): set every
-            # field once more, then it must hold.
-            Adopter(want, {}, force=True).run()
-            mine = snapshot.adopted_part(req.fd_numbers)
+            have, exp = snapshot.fields(mine), snapshot.fields(expect)
+            adopter = Adopter(want, have)
+            adopter.run({k for k in exp.keys() | have.keys() if exp.get(k) != have.get(k)})
+            mine = self.snap.adopted_part(req.fd_numbers, fresh=adopter.changed)
             if mine != expect:
                 raise Refused(snapshot.first_difference(expect, mine))
 

@@ -17,14 +17,18 @@ from skb.plugin.warm import adopt, pages, syscalls, wire
 POOL = 3                # spares kept forked ahead of calls
 PREPARE_AFTER_MS = 0    # a spare waits this long for a call before preparing (it prepares at SCHED_IDLE)
 LOST_BACKOFF = 2.0      # seconds without new spares after one ended without a call
+PROMOTE_AFTER = 0.05    # seconds a spare may stay unprepared at SCHED_IDLE (a busy machine) before it
+                        # prepares at SCHED_OTHER: its work would otherwise fall on its call
 
 
 class Spare:
-    __slots__ = ("pid", "pidfd", "chan", "learns", "made")
+    __slots__ = ("pid", "pidfd", "chan", "learns", "made", "ready", "promoted")
 
     def __init__(self, pid, pidfd, chan, learns):
         self.pid, self.pidfd, self.chan, self.learns = pid, pidfd, chan, learns
         self.made = time.monotonic()
+        self.ready = False      # it said it has prepared itself
+        self.promoted = False   # out of SCHED_IDLE before its call: it had not prepared in PROMOTE_AFTER
 
 
 class Call:
@@ -53,6 +57,33 @@ class Children:
 
     def owns(self, fd):
         return fd in self.calls or any(s.pidfd == fd for s in self.spares)
+
+    def spare_said(self, fd):
+        """A spare's channel is readable before its call: READY (or nothing: it ended)."""
+        for spare in self.spares:
+            if spare.chan.fileno() == fd:
+                self.server.unwatch(fd)  # (from now on its channel is read only when it is reaped)
+                try:
+                    spare.ready = spare.chan.recv(16, socket.MSG_PEEK | socket.MSG_DONTWAIT) == adopt.CHAN_READY
+                    if spare.ready:
+                        spare.chan.recv(16, socket.MSG_DONTWAIT)
+                except OSError:
+                    pass
+                return True
+        return False
+
+    def promote(self, now):
+        """Spares that could not prepare at SCHED_IDLE (the CPUs are busy) prepare at SCHED_OTHER."""
+        for spare in self.spares:
+            if not spare.ready and not spare.promoted and now - spare.made > PROMOTE_AFTER:
+                spare.promoted = True
+                try:
+                    os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
+                except OSError:
+                    pass
+
+    def unready(self):
+        return any(not s.ready and not s.promoted for s in self.spares)
 
     # ------------------------------------------------------------------ making spares
     def fill(self):
@@ -109,6 +140,7 @@ class Children:
             ours.close()
             return None
         s.watch(pidfd)
+        s.watch(ours.fileno())
         return Spare(pid, pidfd, ours, learns)
 
     @staticmethod
@@ -134,9 +166,11 @@ class Children:
         or None when no child could be had (the call then goes by exec)."""
         header = adopt.HANDOFF.pack(launcher)
         for _ in range(2):
-            spare = self.spares.pop(0) if self.spares else self.fork()
+            ready = [i for i, s in enumerate(self.spares) if s.ready]
+            spare = self.spares.pop(ready[0] if ready else 0) if self.spares else self.fork()
             if spare is None:
                 return None
+            self.server.unwatch(spare.chan.fileno())
             try:  # out of SCHED_IDLE before anything else: the call must not wait for an idle CPU
                 os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
             except OSError:
@@ -153,6 +187,7 @@ class Children:
 
     def kill(self, spare):
         self.lost += 1
+        self.server.unwatch(spare.chan.fileno())
         try:
             os.kill(spare.pid, signal.SIGKILL)
             os.waitpid(spare.pid, 0)
@@ -170,6 +205,7 @@ class Children:
         for i, spare in enumerate(self.spares):
             if spare.pidfd == pidfd:  # a spare that ended without a call: a defect, or the server stopping
                 del self.spares[i]
+                self.server.unwatch(spare.chan.fileno())
                 try:
                     os.waitpid(spare.pid, 0)
                 except OSError:
@@ -229,4 +265,5 @@ class Children:
     def release_spares(self):
         """Stopping: every spare sees its channel close and ends (then it is reaped as usual)."""
         for spare in self.spares:
+            self.server.unwatch(spare.chan.fileno())
             spare.chan.close()

@@ -182,6 +182,8 @@ class Server:
                 wake = min(wake, min(p.deadline for p in self.pending.values()))
             if self.children.calls:
                 wake = min(wake, now + STOP_POLL)
+            if self.children.unready():
+                wake = min(wake, now + children.PROMOTE_AFTER)
             try:
                 events = self.sel.poll(0 if more else max(0.0, wake - now))
             except InterruptedError:
@@ -201,6 +203,7 @@ class Server:
                     self.refuse(p.sock, "no-request")
             if self.children.calls:
                 self.children.stop_with_launchers()
+            self.children.promote(now)
             if now >= next_tick:
                 next_tick = now + TICK
                 try:
@@ -225,6 +228,8 @@ class Server:
             return self.request(p.sock, p.peer, p.accepted)
         if self.children.owns(fd):
             return self.reap(fd)
+        if self.children.spare_said(fd):
+            return
         self.unwatch(fd)  # (nothing of ours: never spin on it)
 
     def drop_pending(self, fd):
@@ -426,7 +431,8 @@ class Server:
             v = sorted(x[i] for x in self.figures)
             return round(v[int(len(v) * q)], 3) if v else None
         ch = self.children
-        spares = [{"pid": s.pid, "learns": s.learns, "ownKB": _own_kb(s.pid)} for s in ch.spares]
+        spares = [{"pid": s.pid, "learns": s.learns, "ready": s.ready, "promoted": s.promoted, "ownKB": _own_kb(s.pid)}
+                  for s in ch.spares]
         return {"key": self.key, "pid": os.getpid(), "bundle": self.bundle, "binDir": self.bindir,
                 "startedAt": self.started, "idleSeconds": round(time.monotonic() - self.last, 1),
                 "served": self.served, "refused": self.refused, "children": len(ch.calls),

@@ -20,8 +20,12 @@ PR_GET_SECUREBITS, PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 27, 29, 30
 PR_SET_THP_DISABLE, PR_GET_THP_DISABLE = 41, 42
 PR_GET_SPECULATION_CTRL, PR_SET_SPECULATION_CTRL = 52, 53
 SPEC_MISFEATURES = (0, 1, 2)  # store bypass, indirect branch, L1D flush
+PR_GET_KEEPCAPS, PR_GET_TSC, PR_SET_TSC, PR_MCE_KILL, PR_MCE_KILL_GET = 7, 25, 26, 33, 34
+PR_GET_CHILD_SUBREAPER, PR_GET_IO_FLUSHER, PR_SCHED_CORE, PR_GET_MDWE = 37, 58, 62, 66
+AT_SECURE = 23
 PR_SPEC_PRCTL, PR_SPEC_ENABLE, PR_SPEC_DISABLE, PR_SPEC_FORCE_DISABLE = 1, 2, 4, 8
 KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING = 0, -3
+KEYCTL_SET_REQKEY_KEYRING, KEY_REQKEY_DEFL_NO_CHANGE = 14, -1
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
 NODEMASK_LONGS = 16       # 1024 nodes: more than any kernel config allows by default
 
@@ -32,7 +36,7 @@ def prctl(op, arg=0):
 
 def prctl_ok(op, arg=0, arg3=0):
     """prctl with a 3rd argument; True on success."""
-    return _prctl(op, arg, arg3, 0, 0) == 0
+    return _prctl(op, arg, arg3 & 0xFFFFFFFFFFFFFFFF, 0, 0) == 0
 
 
 def set_name(name):
@@ -86,6 +90,32 @@ def set_mempolicy(mode, words):
 
 def session_keyring():
     return _syscall(SYS_KEYCTL, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)
+
+
+def reqkey_keyring():
+    return _syscall(SYS_KEYCTL, KEYCTL_SET_REQKEY_KEYRING, KEY_REQKEY_DEFL_NO_CHANGE)
+
+
+_int = ctypes.c_int()
+_u64 = ctypes.c_ulonglong()
+
+
+def prctl_int(op):
+    """A prctl that writes an int through its 2nd argument; the int, or -1."""
+    return _int.value if _prctl(op, ctypes.addressof(_int), 0, 0, 0) == 0 else -1
+
+
+def core_sched_cookie():
+    """The core-scheduling cookie (PR_SCHED_CORE_GET), or None without core scheduling."""
+    return _u64.value if _prctl(PR_SCHED_CORE, 0, 0, 0, ctypes.addressof(_u64)) == 0 else None
+
+
+_libc.getauxval.restype = ctypes.c_ulong
+_libc.getauxval.argtypes = (ctypes.c_ulong,)
+
+
+def at_secure():
+    return _libc.getauxval(AT_SECURE)
 
 
 def populate_write(start, length):
