@@ -324,10 +324,22 @@ static void pass_on(int sig)
 {
     int e = errno;
     syscall(SYS_pidfd_send_signal, child_pidfd, sig, NULL, 0);
-    /* the default action of these is to stop: the child stops (it has them at their default, as the
-     * launcher had), and so does the launcher, as an exec'd plugin would */
-    if (sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU)
-        kill(getpid(), SIGSTOP);
+    /* The default action of these is to stop, unless the process group is orphaned (then the kernel
+     * discards them): the launcher takes that default action itself, as the kernel decides it, and goes
+     * on here once continued. The child, in the same group, got the same signal. */
+    if (sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) {
+        struct sigaction dfl, mine;
+        sigset_t one;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, &mine);
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        kill(getpid(), sig);
+        sigprocmask(SIG_BLOCK, &one, NULL);
+        sigaction(sig, &mine, NULL);
+    }
     errno = e;
 }
 

@@ -184,8 +184,8 @@ class Adopter:
                    "mce_kill")
 
     def coredump_filter(self, v):
-        if v != b"none":
-            _set(lambda: _write("/proc/self/coredump_filter", v), "coredump_filter")
+        if v != b"none":  # (the file shows hex digits; it reads a number in C's notation)
+            _set(lambda: _write("/proc/self/coredump_filter", b"0x" + v), "coredump_filter")
 
     def mempolicy(self, v):
         if v != b"none":
@@ -356,7 +356,10 @@ class Child:
             os._exit(1)  # the launcher went away between GO and here
         guard.PLUGIN_PID = req.peer_pid
         _report_exit_early(conn, self.chan if self.learns else None)
-        self.run(sys.argv)  # never returns: ends with os._exit
+        try:
+            self.run(sys.argv)  # never returns: ends with os._exit
+        except BaseException:  # what escapes an exec'd bundle's entry script (KeyboardInterrupt, say)
+            _unhandled(req.peer_pid)
 
     def adopt(self, req, fixed):
         key, adopted = snapshot.split(req.snapshot)
@@ -407,6 +410,19 @@ class Child:
             except OSError:
                 pass
         os._exit(CHILD_REFUSED)
+
+
+def _unhandled(pid):
+    """End as an exec'd bundle ends when an exception escapes its entry script: the interpreter prints the
+    traceback, PyInstaller's bootloader says it failed (naming the process, whose pid the caller knows),
+    and the process exits 1. (The traceback's frames below the entry script are the same code's.)"""
+    import traceback  # (only on this path: a process that is about to end)
+    try:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os.write(2, f"[PYI-{pid}:ERROR] Failed to execute script 'entry' due to unhandled exception!\n".encode())
+    finally:
+        os._exit(1)
 
 
 def _report_exit_early(conn, chan=None):

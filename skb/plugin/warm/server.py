@@ -28,8 +28,11 @@ MAX_PENDING = 64        # connections accepted whose request has not arrived; be
 REQUEST_WAIT = 0.5      # seconds a connected client has to send its request
 LOG_MAX = 256 * 1024
 # The server's own limits, whatever its first caller's were (a child takes on each call's): enough fds
-# for MAX_CHILDREN calls of MAX_FDS each and the pending connections.
+# for MAX_CHILDREN calls of MAX_FDS each and the pending connections. A server that cannot have at least
+# MIN_NOFILE (its first caller's hard limit was lower, and it may not raise it: no CAP_SYS_RESOURCE) does
+# not start: calls go by exec until a caller with a usual limit starts one.
 OWN_NOFILE = 65536
+MIN_NOFILE = 1024
 
 
 class Pending:
@@ -64,11 +67,12 @@ def own_limits():
                           (resource.RLIMIT_FSIZE, resource.RLIM_INFINITY, resource.RLIM_INFINITY)):
         try:
             resource.setrlimit(r, (soft, hard))
-        except (OSError, ValueError):  # no CAP_SYS_RESOURCE: as far as the hard limit allows
+        except (OSError, ValueError):  # no CAP_SYS_RESOURCE: the soft limit as far as the hard one allows
             try:
                 hard = resource.getrlimit(r)[1]
-                resource.setrlimit(r, (hard if soft == resource.RLIM_INFINITY or hard != resource.RLIM_INFINITY
-                                       and hard < soft else soft, hard))
+                if hard != resource.RLIM_INFINITY and (soft == resource.RLIM_INFINITY or soft > hard):
+                    soft = hard
+                resource.setrlimit(r, (soft, hard))
             except (OSError, ValueError):
                 pass
 
@@ -483,7 +487,9 @@ def serve(argv, run, applets):
     own_limits()
     server = Server(argv[2], argv[3], run, applets)
     try:
-        why = server.setup()
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        why = (f"its fd limit is {nofile} (its first caller's), below {MIN_NOFILE}, and cannot be raised"
+               if nofile < MIN_NOFILE else server.setup())
     except OSError as e:
         why = f"setup failed: {e}"
     if why:

@@ -1,0 +1,163 @@
+"""The server is never blocked and never crashed by a client, a low limit or a burst; a call it cannot
+serve goes by exec, and a call that had not begun is never turned into an error (docs/WARM.md).
+
+Each test shows the outcome from outside: a legitimate call still served warm (the server's counters), its
+answer equal to the exec'd one, the server's pid unchanged, no code 999."""
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import subprocess
+
+import pytest
+
+from tests.helpers import cni_env, run_plugin
+from tests.warm.support import (COLD, WARM_DIR, pid_gone, refused, served, servers, slow_debug_call, stop_servers,
+                                the_server, wait_for)
+
+pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
+
+
+def _connect(srv):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(os.path.join(WARM_DIR, srv["key"] + ".sock"))
+    return s
+
+
+def _version(wbin, **extra):
+    return run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION", **extra))
+
+
+def test_idle_clients_cost_a_call_nothing(wbin):
+    """Root clients that connect and say nothing: calls are still served (not after the launcher's 2 s
+    wait, by exec), `skb warm status` answers, and the silent clients are dropped after their deadline."""
+    srv = the_server(wbin)
+    idle = [_connect(srv) for _ in range(3)]
+    try:
+        before = served(wbin)
+        for _ in range(3):
+            w, c = _version(wbin), _version(wbin, **COLD)
+            assert (w.rc, w.stdout) == (c.rc, c.stdout)
+        assert served(wbin) == before + 3  # (servers() itself asks `skb warm status`, with a timeout)
+        for s in idle:  # each is answered with a refusal once its deadline has passed
+            s.settimeout(30)
+            assert s.recv(100) == b"Rno-request"
+    finally:
+        for s in idle:
+            s.close()
+    assert the_server(wbin)["pid"] == srv["pid"]
+
+
+def test_a_killed_child_is_reported_at_once_with_an_idle_client_connected(wbin, tmp_path, make_netns):
+    """A call's child killed while a silent client holds a connection: the launcher ends (by the same
+    signal) without waiting for that client."""
+    srv = the_server(wbin)
+    p = slow_debug_call(wbin, tmp_path, 60000, make_netns("warmkill"))
+    child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+    idle = _connect(srv)
+    try:
+        os.kill(child, signal.SIGKILL)
+        p.wait(timeout=20)  # before the idle client leaves (it never sends anything)
+        assert p.returncode == -signal.SIGKILL
+    finally:
+        idle.close()
+
+
+def test_hostile_requests_are_refused_and_the_server_stays(wbin):
+    srv = the_server(wbin)
+    garbage = refused(wbin, "message")
+    for payload, fds in ((b"W\xff\xff\xff\xff\xff", []), (b"Wgarbage", []), (b"Z", []),
+                         (b"W" + bytes([0x43]) + struct.pack("<I", 3) + b"abc", [0, 1, 2])):
+        s = _connect(srv)
+        s.settimeout(10)
+        if fds:
+            s.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        else:
+            s.send(payload)
+        assert s.recv(100) == b"Rmessage"
+        s.close()
+    # a request larger than the server reads: refused, nothing read past it
+    s = _connect(srv)
+    s.settimeout(10)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    try:
+        s.send(b"W" + b"\0" * (2 << 20))
+        assert s.recv(100) == b"Rmessage"
+    except OSError:  # (the kernel may refuse a datagram that large outright: just as good)
+        pass
+    s.close()
+    assert refused(wbin, "message") >= garbage + 4
+    # status requests from a client that never reads its answers: the server does not wait for it
+    deaf = [_connect(srv) for _ in range(20)]
+    for s in deaf:
+        s.send(b"S")
+    w, c = _version(wbin), _version(wbin, **COLD)
+    assert (w.rc, w.stdout) == (c.rc, c.stdout)
+    for s in deaf:
+        s.close()
+    assert the_server(wbin)["pid"] == srv["pid"]
+
+
+def _low_limit():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+
+
+def _burst(wbin, tmp_path, ns, n=16):
+    """n concurrent debug ADDs (300 ms each) by callers with `ulimit -n 40`: (outputs, the exec'd output)."""
+    conf = tmp_path / "burst.json"
+    conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "warm-burst", "type": "debug",
+                                "inject": {"ADD": {"delayMs": 300}}}))
+    procs = []
+    for i in range(n):
+        with open(conf) as fin:
+            procs.append(subprocess.Popen([os.path.join(wbin, "debug")], stdin=fin, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, preexec_fn=_low_limit,
+                                          env=cni_env("ADD", containerid=f"b{i}", netns=f"/run/netns/{ns}")))
+    outs = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    with open(conf) as fin:
+        cold = subprocess.run([os.path.join(wbin, "debug")], stdin=fin, capture_output=True, preexec_fn=_low_limit,
+                              env=cni_env("ADD", containerid="b0", netns=f"/run/netns/{ns}", **COLD))
+    return outs, (cold.stdout, cold.returncode)
+
+
+def test_callers_under_a_low_fd_limit(wbin, tmp_path, make_netns):
+    """Callers with `ulimit -n 40` (soft and hard): a burst of 16 calls from them gets the exec'd answer
+    every time, whether they find no server (the first one may start one: a server never keeps such a
+    limit, it raises it or does not start) or a server started by a usual caller (each child takes on
+    the limit of 40). No 999, no server crash."""
+    ns = make_netns("warmburst")
+    stop_servers(wbin)
+    outs, cold = _burst(wbin, tmp_path, ns)
+    assert all(rc == 0 and out == cold[0] for (out, _), rc in outs), outs
+    for srv in servers(wbin):  # one started by those callers: with a limit of its own, or none at all
+        assert int(open(f"/proc/{srv['pid']}/limits").read().split("Max open files")[1].split()[0]) >= 1024
+    stop_servers(wbin)
+    exe = os.path.join(wbin, "loopback")
+    wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server started as usual", 60)
+    srv = the_server(wbin)
+    before = served(wbin)
+    outs, cold = _burst(wbin, tmp_path, ns)
+    assert all(rc == 0 and out == cold[0] for (out, _), rc in outs), outs
+    assert the_server(wbin)["pid"] == srv["pid"]
+    assert served(wbin) > before  # (calls beyond what the server can take go by exec: that is allowed)
+
+
+def test_a_server_that_ends_before_the_call_began_sends_it_to_exec(wbin, tmp_path, make_netns):
+    """The server accepted the call and handed it to a spare, but dies before the spare begins it (here:
+    the spares are stopped, then the server is killed): the launcher goes by exec, and the call's answer
+    is the exec'd one, never code 999."""
+    srv = the_server(wbin)
+    spares = wait_for(lambda: [s["pid"] for s in the_server(wbin).get("spares", [])], "the server's spares")
+    for pid in spares:
+        os.kill(pid, signal.SIGSTOP)
+    exe = os.path.join(wbin, "loopback")
+    p = subprocess.Popen([exe], env=cni_env("VERSION"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: the_server(wbin)["children"] == 1, "the call handed to a (stopped) spare")
+    os.kill(srv["pid"], signal.SIGKILL)
+    out, err = p.communicate(timeout=30)
+    cold = run_plugin(exe, cni_env("VERSION", **COLD))
+    assert (p.returncode, out.decode()) == (cold.rc, cold.stdout), err
+    for pid in spares:
+        wait_for(lambda: pid_gone(pid), "the spares to die with their server")
