@@ -144,20 +144,33 @@ def test_callers_under_a_low_fd_limit(wbin, tmp_path, make_netns):
     assert served(wbin) > before  # (calls beyond what the server can take go by exec: that is allowed)
 
 
-def test_a_server_that_ends_before_the_call_began_sends_it_to_exec(wbin, tmp_path, make_netns):
-    """The server accepted the call and handed it to a spare, but dies before the spare begins it (here:
-    the spares are stopped, then the server is killed): the launcher goes by exec, and the call's answer
-    is the exec'd one, never code 999."""
-    srv = the_server(wbin)
-    spares = wait_for(lambda: [s["pid"] for s in the_server(wbin).get("spares", [])], "the server's spares")
-    for pid in spares:
-        os.kill(pid, signal.SIGSTOP)
+def test_a_server_that_ends_before_the_call_began_sends_it_to_exec(wbin):
+    """The call was accepted (the launcher has ACCEPTED and sent GO), but the server dies before its child
+    began it (a failpoint stops each spare of the server right after it takes a call): the launcher goes
+    by exec, and the call's answer is the exec'd one, never code 999."""
+    stop_servers(wbin)
     exe = os.path.join(wbin, "loopback")
-    p = subprocess.Popen([exe], env=cni_env("VERSION"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for(lambda: the_server(wbin)["children"] == 1, "the call handed to a (stopped) spare")
-    os.kill(srv["pid"], signal.SIGKILL)
-    out, err = p.communicate(timeout=30)
-    cold = run_plugin(exe, cni_env("VERSION", **COLD))
-    assert (p.returncode, out.decode()) == (cold.rc, cold.stdout), err
-    for pid in spares:
-        wait_for(lambda: pid_gone(pid), "the spares to die with their server")
+    failpoint = None
+    try:
+        wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server", 60)
+        srv = the_server(wbin)
+        failpoint = os.path.join(WARM_DIR, srv["key"] + ".failpoint")
+        with open(failpoint, "w") as f:
+            f.write("stop-before-begin")
+        stop_servers(wbin)
+        os.unlink(os.path.join(WARM_DIR, srv["key"] + ".spawn"))  # (the next call may start a server at once)
+        run_plugin(exe, cni_env("VERSION"))
+        srv = the_server(wbin)  # its spares read the failpoint when they are made
+        p = subprocess.Popen([exe], env=cni_env("VERSION"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+        wait_for(lambda: open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "T",
+                 "the child to stop before beginning")
+        os.kill(srv["pid"], signal.SIGKILL)
+        out, err = p.communicate(timeout=30)
+        cold = run_plugin(exe, cni_env("VERSION", **COLD))
+        assert (p.returncode, out.decode()) == (cold.rc, cold.stdout), err
+        wait_for(lambda: pid_gone(child), "the child to die with its server")
+    finally:
+        if failpoint and os.path.exists(failpoint):
+            os.unlink(failpoint)
+        stop_servers(wbin)

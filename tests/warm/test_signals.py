@@ -23,6 +23,21 @@ def _state(pid):
         return None
 
 
+def _group(pgid):
+    """The pids of a process group, read from /proc (no status round trip: a short call may be over by
+    then on a loaded machine)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                        out.append(int(pid))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
 def _debug_call(wbin, tmp_path, netns, conf, extra, name, **popen):
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(dict({"cniVersion": "1.0.0", "name": "warm-sig", "type": "debug"}, **conf)))
@@ -66,11 +81,11 @@ def test_a_stopped_launcher_stops_the_call(wbin, tmp_path, make_netns, how):
         p = _debug_call(wbin, tmp_path, ns, dict(conf, cniOutput=str(d / f"out-{mode}")), extra, f"stop{mode}",
                         process_group=0)
         try:
-            if mode == "warm":
-                child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+            wait_for(lambda: (d / f"out-{mode}").exists(), "the call to have begun")
+            if mode == "warm":  # the server's child, in the launcher's group
+                child = wait_for(lambda: ([x for x in _group(p.pid) if x != p.pid] or [None])[0], "the call's child")
             else:
                 child = p.pid
-            wait_for(lambda: (d / f"out-{mode}").exists(), "the call to have begun")
             os.kill(p.pid, how)
             wait_for(lambda: _state(child) == "T", "the call's process to stop", 10)
             wait_for(lambda: _state(p.pid) == "T", "the launcher to stop", 10)
@@ -107,8 +122,11 @@ def test_a_signal_sent_to_the_launcher_reaches_the_call(wbin, tmp_path, make_net
 
 
 def test_the_child_is_in_the_callers_process_group(wbin, tmp_path, make_netns):
-    p = _debug_call(wbin, tmp_path, make_netns("warmpg"), {"inject": {"ADD": {"delayMs": 2000}}}, {}, "pg",
+    marker = tmp_path / "pg-out"
+    p = _debug_call(wbin, tmp_path, make_netns("warmpg"), {"cniOutput": str(marker),
+                                                         "inject": {"ADD": {"delayMs": 10000}}}, {}, "pg",
                     process_group=0)
+    wait_for(lambda: marker.exists(), "the call to have begun")
     child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
     assert os.getpgid(child) == p.pid == os.getpgid(p.pid)
     assert os.getsid(child) == os.getsid(p.pid)

@@ -36,8 +36,9 @@ def label_line(snapshot):
     return None if v == b"none" else v
 
 
-def admit(server, sock, peer, data, fds, truncated):
-    """(refusal reason or None, Request)."""
+def admit(server, sock, peer, data, fds, truncated, in_spare=False):
+    """(refusal reason or None, Request). ``in_spare``: a spare admits the call it accepted (the server's
+    load and stopping state are the server's: a spare exists only while the server has room for it)."""
     if peer.uid != 0:
         return "uid", None
     if truncated:
@@ -50,11 +51,11 @@ def admit(server, sock, peer, data, fds, truncated):
         return "message", None
     if peer.gid != os.getgid():
         return "gid", None
-    if server.stopping:
+    if server.stopping and not in_spare:
         return "stopping", None
     if req.applet not in server.applets:
         return "applet", None
-    if len(server.children.calls) >= server.max_children:
+    if len(server.children.calls) >= server.max_children and not in_spare:
         return "busy", None
     # An environment that os.environ cannot represent exactly (an entry without "=", a name given twice)
     # would reach the plugin's own children differently: such a call goes by exec.

@@ -31,6 +31,9 @@ CHAN_BEGAN = b"B"      # the call has begun
 CHAN_REFUSED = b"R"    # + "K" (a key-part difference: the server has drifted) or "A", + the reason
 CHAN_PAGES = b"P"      # + the packed page numbers the call wrote (learning spares)
 CHAN_READY = b"Y"      # the spare has prepared itself (before any call)
+CHAN_TAKEN = b"T"      # + u32 launcher pid, with the connection's fd: the spare accepted a call itself
+CHAN_FORWARD = b"F"    # + the request's kind, with the connection's fd: a status or stop request
+CHAN_COUNT = b"C"      # + a refusal's reason: the spare refused a request (and waits on)
 
 
 class Refused(Exception):
@@ -269,15 +272,14 @@ class Child:
         self.rehearsal = rehearsal      # the server's last request (adopted values to rehearse with) or None
         self.hot_runs = hot_runs
         self.snap = snapshot.Snapshot(bundle, locale)
+        self.ready = False              # prepared (spare.prepare)
+        self.failpoint = None           # a test's failpoint (Server.failpoint)
 
     # ------------------------------------------------------------------ before the call
-    def prepare(self, wait_ms):
-        """Wait ``wait_ms`` for a call first (right after one, another often follows: this work would
-        compete with it); then rehearse the last call's values and fault in the learnt pages."""
-        p = select.poll()
-        p.register(self.chan, select.POLLIN)
-        if p.poll(wait_ms):
-            return
+    def rehearse(self):
+        """Take on the last call's values (the next call, from the same runtime, most likely has the same),
+        keep the snapshot lines only this process can change, and make the stdio objects once (the
+        memory they write is then this process's own)."""
         if self.rehearsal is not None:
             try:
                 want = snapshot.fields(snapshot.split(self.rehearsal.snapshot)[1])
@@ -291,12 +293,6 @@ class Child:
                 pass
         self.snap.keep()
         fresh_stdio()
-        if not self.learns:
-            pages.prefault(self.hot_runs, self.chan)
-        try:
-            self.chan.send(CHAN_READY, socket.MSG_DONTWAIT)
-        except OSError:
-            pass
 
     def wait(self):
         """The hand-off: (request, connection), or None when the server is done with us (EOF). A malformed
@@ -319,6 +315,8 @@ class Child:
     # ------------------------------------------------------------------ the call
     def take(self, req, conn_fd):
         """Adopt, prove, wait for GO, begin (never returns once begun: the call ends in os._exit)."""
+        if self.failpoint == "stop-before-begin":  # (tests: the launcher has its ACCEPTED, not our BEGAN)
+            os.kill(os.getpid(), signal.SIGSTOP)
         fixed = req.fixed
         moved = _place(req.inherited, [conn_fd, self.chan.fileno()] + list(fixed.values()))
         conn = socket.socket(fileno=moved[0])

@@ -10,12 +10,12 @@ import _signal
 import os
 import signal
 import socket
+import struct
 import time
 
-from skb.plugin.warm import adopt, pages, syscalls, wire
+from skb.plugin.warm import adopt, pages, spare, syscalls, wire
 
 POOL = 3                # spares kept forked ahead of calls
-PREPARE_AFTER_MS = 0    # a spare waits this long for a call before preparing (it prepares at SCHED_IDLE)
 LOST_BACKOFF = 2.0      # seconds without new spares after one ended without a call
 PROMOTE_AFTER = 0.05    # seconds a spare may stay unprepared at SCHED_IDLE (a busy machine) before it
                         # prepares at SCHED_OTHER: its work would otherwise fall on its call
@@ -35,8 +35,8 @@ class Call:
     """A call handed to a child, until the child is reaped."""
     __slots__ = ("pid", "pidfd", "conn", "chan", "launcher", "accepted", "handoff_ms", "stopped", "learns")
 
-    def __init__(self, spare, conn, launcher, accepted):
-        self.pid, self.pidfd, self.chan, self.learns = spare.pid, spare.pidfd, spare.chan, spare.learns
+    def __init__(self, one, conn, launcher, accepted):
+        self.pid, self.pidfd, self.chan, self.learns = one.pid, one.pidfd, one.chan, one.learns
         self.conn, self.launcher, self.accepted = conn, launcher, accepted
         self.handoff_ms = (time.monotonic() - accepted) * 1000
         self.stopped = False    # the server stopped the child because its launcher was stopped
@@ -58,27 +58,50 @@ class Children:
     def owns(self, fd):
         return fd in self.calls or any(s.pidfd == fd for s in self.spares)
 
+    def ready_spares(self):
+        return any(s.ready for s in self.spares)
+
     def spare_said(self, fd):
-        """A spare's channel is readable before its call: READY (or nothing: it ended)."""
-        for spare in self.spares:
-            if spare.chan.fileno() == fd:
-                self.server.unwatch(fd)  # (from now on its channel is read only when it is reaped)
-                try:
-                    spare.ready = spare.chan.recv(16, socket.MSG_PEEK | socket.MSG_DONTWAIT) == adopt.CHAN_READY
-                    if spare.ready:
-                        spare.chan.recv(16, socket.MSG_DONTWAIT)
-                except OSError:
-                    pass
+        """A spare's channel is readable before its call: READY, a request it passes on (FORWARD), a
+        refusal to count (COUNT), or a call it accepted itself (TAKEN: it becomes a call in flight). False
+        when ``fd`` is no spare's channel."""
+        one = next((s for s in self.spares if s.chan.fileno() == fd), None)
+        if one is None:
+            return False
+        for _ in range(16):  # (what is there now; the rest on the next wake-up)
+            try:
+                msg, fds, _ = wire.recv_with_fds(one.chan, 4096, 1, socket.MSG_DONTWAIT)
+            except OSError:
                 return True
-        return False
+            if not msg:  # it ended: its pidfd says so too
+                self.server.unwatch(fd)
+                return True
+            kind = msg[:1]
+            if kind == adopt.CHAN_READY:
+                one.ready = True
+            elif kind == adopt.CHAN_COUNT:
+                self.server.count(msg[1:].decode("ascii", "replace"))
+            elif kind == adopt.CHAN_FORWARD and fds:
+                self.server.control(socket.socket(fileno=fds.pop()), msg[1:2])
+            elif kind == adopt.CHAN_TAKEN and fds and len(msg) == 13:
+                self.spares.remove(one)
+                self.server.unwatch(fd)  # (from now on its channel is read when it is reaped)
+                launcher, accepted = struct.unpack_from("<Id", msg, 1)
+                call = Call(one, socket.socket(fileno=fds.pop()), launcher, accepted)
+                self.calls[one.pidfd] = call
+                self.server.took(call)
+                return True
+            for extra in fds:
+                os.close(extra)
+        return True
 
     def promote(self, now):
         """Spares that could not prepare at SCHED_IDLE (the CPUs are busy) prepare at SCHED_OTHER."""
-        for spare in self.spares:
-            if not spare.ready and not spare.promoted and now - spare.made > PROMOTE_AFTER:
-                spare.promoted = True
+        for one in self.spares:
+            if not one.ready and not one.promoted and now - one.made > PROMOTE_AFTER:
+                one.promoted = True
                 try:
-                    os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
+                    os.sched_setscheduler(one.pid, os.SCHED_OTHER, os.sched_param(0))
                 except OSError:
                     pass
 
@@ -93,10 +116,10 @@ class Children:
             return False
         if time.monotonic() < self.quiet_until:
             return False
-        spare = self.fork()
-        if spare:
-            self.spares.append(spare)
-        return spare is not None and len(self.spares) < POOL
+        made = self.fork()
+        if made:
+            self.spares.append(made)
+        return made is not None and len(self.spares) < POOL
 
     def fork(self):
         """A new spare, or None (fork, socketpair failures: logged; calls then find none and go by exec)."""
@@ -109,6 +132,7 @@ class Children:
         self.made += 1
         learns = pages.learns(self.made)
         child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
+        child.failpoint = s.failpoint()
         try:
             pid = os.fork()
         except OSError as e:
@@ -124,11 +148,10 @@ class Children:
                 _signal.signal(signal.SIGHUP, _signal.SIG_DFL)
                 signal.set_wakeup_fd(-1)
                 if syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == s.pid:
-                    s.forget_in_child()
+                    listen = s.forget_in_child()
                     ours.detach()
-                    adopt.close_all_but([0, 1, 2, theirs.fileno()])  # (stdio: the server's /dev/null)
-                    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-                    self.spare_main(child)
+                    adopt.close_all_but([0, 1, 2, theirs.fileno(), listen])  # (stdio: the server's /dev/null)
+                    self.spare_main(child, s, listen)
             finally:
                 os._exit(adopt.CHILD_REFUSED)
         theirs.close()
@@ -144,12 +167,9 @@ class Children:
         return Spare(pid, pidfd, ours, learns)
 
     @staticmethod
-    def spare_main(child):
+    def spare_main(child, server, listen):
         try:
-            child.prepare(PREPARE_AFTER_MS)
-            got = child.wait()
-            if got:
-                child.take(*got)
+            spare.serve(child, server, listen)
         except Exception as e:  # a defect: say so (the server logs it); the call, not begun, goes by exec
             import traceback  # (only on this path: a spare that is about to end)
             where = traceback.extract_tb(e.__traceback__)[-1]
@@ -167,21 +187,21 @@ class Children:
         header = adopt.HANDOFF.pack(launcher)
         for _ in range(2):
             ready = [i for i, s in enumerate(self.spares) if s.ready]
-            spare = self.spares.pop(ready[0] if ready else 0) if self.spares else self.fork()
-            if spare is None:
+            one = self.spares.pop(ready[0] if ready else 0) if self.spares else self.fork()
+            if one is None:
                 return None
-            self.server.unwatch(spare.chan.fileno())
+            self.server.unwatch(one.chan.fileno())
             try:  # out of SCHED_IDLE before anything else: the call must not wait for an idle CPU
-                os.sched_setscheduler(spare.pid, os.SCHED_OTHER, os.sched_param(0))
+                os.sched_setscheduler(one.pid, os.SCHED_OTHER, os.sched_param(0))
             except OSError:
                 pass
             try:
-                wire.send_with_fds(spare.chan, header + req_data, fds + [conn.fileno()], socket.MSG_DONTWAIT)
+                wire.send_with_fds(one.chan, header + req_data, fds + [conn.fileno()], socket.MSG_DONTWAIT)
             except OSError:  # it cannot take this call: end it; the next spare (or a fresh one) will
-                self.kill(spare)
+                self.kill(one)
                 continue
-            call = Call(spare, conn, launcher, accepted)
-            self.calls[spare.pidfd] = call
+            call = Call(one, conn, launcher, accepted)
+            self.calls[one.pidfd] = call
             return call
         return None
 
@@ -202,23 +222,28 @@ class Children:
         """A child ended: a spare that never got a call, or a call's child. Returns the Call, if any, with
         (began, refusal) from what the child said on its channel, and its wait status and rusage."""
         self.server.unwatch(pidfd)
-        for i, spare in enumerate(self.spares):
-            if spare.pidfd == pidfd:  # a spare that ended without a call: a defect, or the server stopping
+        for i, one in enumerate(self.spares):
+            if one.pidfd == pidfd:  # a spare that ended without a call: a defect, or the server stopping
                 del self.spares[i]
-                self.server.unwatch(spare.chan.fileno())
+                self.server.unwatch(one.chan.fileno())
                 try:
-                    os.waitpid(spare.pid, 0)
+                    os.waitpid(one.pid, 0)
                 except OSError:
                     pass
                 os.close(pidfd)
-                try:
-                    said = spare.chan.recv(4096, socket.MSG_DONTWAIT)
-                except OSError:
-                    said = b""
-                spare.chan.close()
+                said = b""
+                while True:  # its last word (a crash report), past READY and the like
+                    try:
+                        msg = one.chan.recv(4096, socket.MSG_DONTWAIT)
+                    except OSError:
+                        break
+                    if not msg:
+                        break
+                    said = msg if msg[:1] == adopt.CHAN_REFUSED else said
+                one.chan.close()
                 if not self.server.stopping:
                     self.lost += 1
-                    self.server.log(f"spare {spare.pid} ended without a call: {said[2:].decode('utf-8', 'replace')}")
+                    self.server.log(f"spare {one.pid} ended without a call: {said[2:].decode('utf-8', 'replace')}")
                     # no new spare for a while: a spare that cannot live must not make the server spin
                     self.quiet_until = time.monotonic() + LOST_BACKOFF
                 return None
@@ -264,6 +289,6 @@ class Children:
 
     def release_spares(self):
         """Stopping: every spare sees its channel close and ends (then it is reaped as usual)."""
-        for spare in self.spares:
-            self.server.unwatch(spare.chan.fileno())
-            spare.chan.close()
+        for one in self.spares:
+            self.server.unwatch(one.chan.fileno())
+            one.chan.close()

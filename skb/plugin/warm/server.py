@@ -154,14 +154,55 @@ class Server:
         self.sock.setblocking(False)
         return None
 
+    def failpoint(self):
+        """A test's failpoint for this server's next spares: the name in ``<key>.failpoint`` in the
+        root-only socket dir (tests/warm: "stop-before-begin"), or None. Read once per spare."""
+        try:
+            fd = os.open(f"{self.key}.failpoint", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=self.dir)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, 64).strip().decode("ascii", "replace") or None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
     def forget_in_child(self):
-        """In a freshly forked spare: the server's sockets are not its own (it closes their numbers)."""
-        self.sock.detach()
+        """In a freshly forked spare: the server's sockets are not its own (it closes their numbers, but
+        the listening socket's, which it returns: a prepared spare accepts calls itself)."""
         self.pending = {}
+        return self.sock.detach()
 
     # ------------------------------------------------------------------ loop
     def watch(self, fd):
         self.sel.register(fd, select.EPOLLIN)
+
+    def listen_when_needed(self):
+        """Accept calls here only while no spare is ready to accept them itself (the kernel would wake us
+        too, and the server's hop is the slower path)."""
+        want = not self.stopping and not self.children.ready_spares()
+        if want != self.listening:
+            if want:
+                self.watch(self.sock.fileno())
+            else:
+                self.unwatch(self.sock.fileno())
+            self.listening = want
+
+    def took(self, call):
+        """A spare accepted a call itself."""
+        self.last = call.accepted
+        self.peak_children = max(self.peak_children, len(self.children.calls))
+
+    def control(self, conn, kind):
+        """A status or stop request (accepted here, or by a spare that passed it on)."""
+        conn.setblocking(False)
+        if kind == wire.STATUS:
+            self.answer(conn, json.dumps(self.status()).encode())
+        else:
+            self.stop("skb warm stop")
+            self.answer(conn, b"ok")
 
     def unwatch(self, fd):
         self.gone.add(fd)
@@ -172,13 +213,14 @@ class Server:
 
     def serve(self):
         self.sel = select.epoll()
-        self.watch(self.sock.fileno())
+        self.listening = False
         signal.signal(signal.SIGTERM, lambda *_: self.stop("SIGTERM"))
         signal.signal(signal.SIGINT, lambda *_: self.stop("SIGINT"))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.log(f"serving bundle {self.bundle} for {self.bindir}, key {self.key}")
         next_tick = time.monotonic() + TICK
         more = self.children.fill()
+        self.listen_when_needed()
         while not (self.stopping and not self.children.calls and not self.children.spares):
             now = time.monotonic()
             wake = next_tick
@@ -216,11 +258,12 @@ class Server:
                     self.log(f"error in lifecycle check: {type(e).__name__}: {e}")
             # Spares are forked when no connection waits to be accepted (a fork delays the next accept).
             more = not self.pending and not self.waiting() and self.children.fill()
+            self.listen_when_needed()
         self.log(f"stopped: {self.stopping}; served {self.served}, refused {self.refused}")
 
     def waiting(self):
-        """True when a connection waits in the listening socket's queue."""
-        if self.stopping:
+        """True when a connection waits in the listening socket's queue (and no spare will take it)."""
+        if self.stopping or not self.listening:
             return False
         return bool(select.select([self.sock], [], [], 0)[0])
 
@@ -284,11 +327,8 @@ class Server:
         if kind in (wire.STATUS, wire.STOP) and not fds:
             if peer.uid != 0:
                 self.refuse(conn, "uid")
-            elif kind == wire.STATUS:
-                self.answer(conn, json.dumps(self.status()).encode())
             else:
-                self.stop("skb warm stop")
-                self.answer(conn, b"ok")
+                self.control(conn, kind)
             return True
         if kind != wire.CALL:
             self.close_fds(fds)
@@ -369,6 +409,10 @@ class Server:
         self.stopping = why
         self.children.release_spares()
         self.unwatch(self.sock.fileno())
+        try:  # spares waiting on it see it hang up, and end
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:  # our name only: a newer server may have taken it
             st = os.stat(f"{self.key}.sock", dir_fd=self.dir, follow_symlinks=False)
             if _ident(st) == self.sock_id:

@@ -1,0 +1,157 @@
+"""A spare's life before its call: prepare at SCHED_IDLE, then take a call, accepting it itself.
+
+A prepared spare waits on the server's listening socket (EPOLLEXCLUSIVE: the kernel wakes one waiter per
+connection) and on its channel to the server. It accepts a launcher's connection, reads and admits the
+request as the server would, answers ACCEPTED and tells the server it has a call (CHAN_TAKEN, with the
+connection: the server reports the child's end and keeps the pool full); then adopt.Child takes the call
+on. The server's own Python work is thus not on a call's path. A status or stop request it accepts goes
+to the server (CHAN_FORWARD); a refused request is counted by the server (CHAN_COUNT); either way the
+spare, which has taken nothing on, goes back to waiting. The server hands a call over the channel
+itself (hand-off) while no spare is ready.
+"""
+import os
+import select
+import socket
+import struct
+import time
+
+from skb.plugin.warm import adopt, admission, pages, wire
+
+REQUEST_WAIT_MS = 500   # a connected client has this long to send its request
+
+
+def prepare(child, wait_ms):
+    """Wait ``wait_ms`` for a hand-off first; then rehearse the last call's values, keep the snapshot lines
+    only this process can change, fault in the learnt pages; then say READY."""
+    p = select.poll()
+    p.register(child.chan, select.POLLIN)
+    if p.poll(wait_ms):
+        return
+    child.rehearse()
+    if not child.learns:
+        pages.prefault(child.hot_runs, child.chan)
+    child.ready = True
+
+
+def serve(child, server, listen_fd):
+    """Until a call is taken (then never returns) or the server is done with us (returns)."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    prepare(child, 0)
+    # Waiting, a spare runs at the usual priority: once woken by a call, it must not wait for an idle CPU.
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    ep = select.epoll()
+    ep.register(child.chan, select.EPOLLIN)
+    if child.ready:
+        _say(child, adopt.CHAN_READY)
+        ep.register(listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+    while True:
+        try:
+            events = ep.poll()
+        except InterruptedError:
+            continue
+        for fd, ev in events:
+            if fd == child.chan.fileno():
+                got = child.wait()
+                if got is None:
+                    return
+                ep.close()
+                child.take(*got)
+                return
+            if ev & (select.EPOLLHUP | select.EPOLLERR):  # the server shut its socket down: it is stopping
+                return
+            took = accept(child, server, listen_fd)
+            if took:
+                ep.close()
+                child.take(*took)
+                return
+
+
+def accept(child, server, listen_fd):
+    """Accept one connection and act on its request. (Request, connection fd) of an admitted call, else
+    None (nothing to accept, a request for the server, a refusal): the spare goes on waiting."""
+    try:
+        conn_fd = _accept4(listen_fd)
+    except BlockingIOError:
+        return None   # another waiter had it
+    except OSError as e:
+        _say(child, adopt.CHAN_COUNT + f"accept: {e}".encode())
+        return None
+    accepted = time.monotonic()  # (CLOCK_MONOTONIC: the server's clock too)
+    conn = socket.socket(fileno=conn_fd)
+    try:
+        peer = admission.Peer(conn)
+        p = select.poll()
+        p.register(conn, select.POLLIN)
+        if not p.poll(REQUEST_WAIT_MS):
+            return _refuse(child, conn, "no-request", [])
+        data, fds, truncated = wire.recv_with_fds(conn, wire.MAX_REQUEST, wire.MAX_FDS, socket.MSG_DONTWAIT)
+    except OSError:
+        conn.close()
+        return None
+    if not data:
+        _close(fds)
+        conn.close()
+        return None
+    if data[:1] in (wire.STATUS, wire.STOP) and not fds:
+        if peer.uid != 0:
+            return _refuse(child, conn, "uid", fds)
+        try:  # the server answers it
+            wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + data[:1], [conn.fileno()], socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+        conn.close()
+        return None
+    if data[:1] != wire.CALL:
+        return _refuse(child, conn, "message", fds)
+    reason, req = admission.admit(server, conn, peer, data, fds, truncated, in_spare=True)
+    if reason:
+        return _refuse(child, conn, reason, fds)
+    # Ours. The server learns it first (it then reports this call's end, and forks the next spare), then
+    # the launcher, whose GO travels while we take the call on.
+    try:
+        wire.send_with_fds(child.chan, adopt.CHAN_TAKEN + struct.pack("<Id", peer.pid, accepted), [conn.fileno()],
+                           socket.MSG_DONTWAIT)
+        conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)
+    except OSError:
+        _close(fds)
+        conn.close()
+        return None
+    req.fds, req.peer_pid = fds, peer.pid
+    return req, conn.detach()
+
+
+def _accept4(listen_fd):
+    """accept4(2) on a raw fd (the listening socket is the server's: no socket object of ours owns it)."""
+    sock = socket.socket(fileno=listen_fd)
+    try:
+        conn, _ = sock._accept()
+        return conn
+    finally:
+        sock.detach()
+
+
+def _refuse(child, conn, reason, fds):
+    _close(fds)
+    try:
+        conn.send(wire.REFUSED + reason.encode(), socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+    conn.close()
+    _say(child, adopt.CHAN_COUNT + reason.encode())
+    return None
+
+
+def _say(child, msg):
+    try:
+        child.chan.send(msg, socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+
+
+def _close(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
