@@ -1,18 +1,22 @@
 """Lay out, install and package the frozen skb-cni suite. Standard library only: runs on /usr/bin/python3.
 
-    bundle.py stage   --pyi DIR --launcher FILE --out DIR   PyInstaller output -> a ready-to-install bin dir
-    bundle.py install SRC DEST                              atomic, idempotent install of a staged bin dir
-    bundle.py dist    SRC TARBALL                           the release tarball of a staged bin dir
+    bundle.py stage   --pyi DIR --launcher FILE --pyinstaller PYTHON --out DIR
+                                        PyInstaller output -> a ready-to-install bin dir
+    bundle.py install SRC DEST          atomic, idempotent install of a staged bin dir
+    bundle.py dist    SRC TARBALL       the release tarball of a staged bin dir, and its .sha256 and .sha512
 
 A staged (and installed) bin dir::
 
-    loopback, skb, ...        the static launcher, one copy per applet of skb/applets.py
+    loopback, skb, ...        the static launcher, one copy per applet of skb/applets.py, each naming
+                              its bundle dir (written into it here), which it starts while .skb is
+                              missing (see build/launcher.c)
     .skb -> .skb-<version>-<hash>
     .skb-<version>-<hash>/
         skb-cni               PyInstaller bootloader + PKG archive (the Python code, in one PYZ)
         _internal/            libpython, base_library.zip, extension modules and their libraries
         lib/                  what PyInstaller leaves to the host: the loader and glibc, plus any other
                               library NEEDED by a bundled ELF that the bundle lacks
+        LICENSE, NOTICE       this project's license; what the bundle ships from others (build/notice.py)
         MANIFEST              sha256, mode and path of every file, checked before a dir is reused
 
 <hash> is a digest of the bundle's content, so the same build installs under the same name (a no-op
@@ -34,8 +38,12 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from skb.install import files, suite  # noqa: E402  standard library only, like this script
-from skb.install.files import (BUNDLE_RE, LINK, TMP_PREFIX, launchers, manifest_lines, tree_files,  # noqa: E402,F401
-                               verify)
+from skb.install.files import (BUNDLE_MARK, BUNDLE_RE, BUNDLE_SLOT, LINK, TMP_PREFIX, launchers, manifest_lines,  # noqa: E402,F401
+                               tree_files, verify)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import notice  # noqa: E402
+
+DOCS = ("LICENSE", "NOTICE", "README.md")  # beside the suite in the tarball, as upstream ships LICENSE and README
 
 LOADER = "ld-linux-x86-64.so.2"
 ELF_MAGIC = b"\x7fELF"
@@ -147,6 +155,10 @@ def stage(args):
     shutil.copytree(args.pyi, work, symlinks=True)
     print(f"stage: host libraries for {work}")
     add_host_libraries(work)
+    shutil.copyfile(os.path.join(ROOT, "LICENSE"), os.path.join(work, "LICENSE"))
+    notice.write_notice(work, args.launcher, args.pyinstaller, os.path.join(work, "NOTICE"), version)
+    for name in ("LICENSE", "NOTICE"):
+        os.chmod(os.path.join(work, name), 0o644)
     lines = manifest_lines(work)
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
     with open(os.path.join(work, "MANIFEST"), "w") as f:
@@ -154,9 +166,11 @@ def stage(args):
     name = f".skb-{version}-{digest}"
     os.rename(work, os.path.join(out, name))
     os.symlink(name, os.path.join(out, LINK))
+    launcher = named_launcher(args.launcher, name)
     for applet in applets:
         dst = os.path.join(out, applet)
-        shutil.copyfile(args.launcher, dst)
+        with open(dst, "wb") as f:
+            f.write(launcher)
         os.chmod(dst, 0o755)
     size = sum(os.lstat(p).st_size for _, p in tree_files(os.path.join(out, name)))
     old = None
@@ -168,6 +182,23 @@ def stage(args):
         shutil.rmtree(old)
     print(f"stage: {final_out}: {name} ({size / 1e6:.1f} MB), launchers: {' '.join(applets)} "
           f"({os.path.getsize(args.launcher)} bytes each)")
+
+
+def named_launcher(path, bundle_name):
+    """The launcher's bytes with ``bundle_name`` written into its slot (after BUNDLE_MARK, NUL padded)."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    at = data.find(BUNDLE_MARK)
+    if at < 0 or data.find(BUNDLE_MARK, at + 1) >= 0:
+        die(f"{path}: expected exactly one bundle slot ({BUNDLE_MARK.decode()!r}) in the launcher")
+    start = at + len(BUNDLE_MARK)
+    name = bundle_name.encode()
+    if any(data[start:start + BUNDLE_SLOT + 1]):
+        die(f"{path}: the launcher's bundle slot is not empty (a launcher already staged?)")
+    if len(name) > BUNDLE_SLOT:
+        die(f"{path}: the bundle slot has room for {BUNDLE_SLOT} bytes, not {len(name)} ({bundle_name})")
+    data[start:start + len(name) + 1] = name + b"\0"
+    return bytes(data)
 
 
 # --------------------------------------------------------------------------------------------- install
@@ -200,8 +231,13 @@ def source_date_epoch():
 
 
 def dist(args):
-    """The tarball holds the bin dir exactly as installed: extracting it into /opt/cni/bin is an install.
-    Entries are ordered bundle, link, launchers, so an extraction creates launchers last."""
+    """The tarball holds the bin dir exactly as installed, plus LICENSE, NOTICE and README.md: extracting it
+    into /opt/cni/bin is an install. Entries are ordered bundle, link, launchers: an extraction completes
+    the bundle before the link names it, and each launcher after the bundle it names (GNU tar replaces an
+    existing file by unlinking it and writing a new one, a link by unlinking it first: while .skb is
+    missing, a launcher starts the bundle it names). The same
+    staged dir and commit give the same bytes: fixed mtimes (the commit's time), owners, modes and order.
+    Writes <tarball>.sha256 and .sha512 beside it, in sha256sum's format, as upstream publishes them."""
     src = os.path.abspath(args.src)
     name = staged_bundle(src)
     mtime = source_date_epoch()
@@ -224,7 +260,7 @@ def dist(args):
             ti.size, ti.mode = st.st_size, stat.S_IMODE(st.st_mode)
         return ti
 
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=mtime) as gz, \
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=mtime) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for d in dirs:
             tar.addfile(info(d, os.path.join(src, d)))
@@ -239,8 +275,23 @@ def dist(args):
         for applet in launchers(src):
             with open(os.path.join(src, applet), "rb") as f:
                 tar.addfile(info(applet, os.path.join(src, applet)), f)
+        for doc in DOCS:
+            path = os.path.join(src, name, doc) if doc != "README.md" else os.path.join(ROOT, doc)
+            ti = info(doc, path)
+            ti.mode = 0o644
+            with open(path, "rb") as f:
+                tar.addfile(ti, f)
     os.rename(tmp, out)
-    print(f"dist: {out} ({os.path.getsize(out) / 1e6:.1f} MB)")
+    for algo in ("sha256", "sha512"):
+        h = hashlib.new(algo)
+        with open(out, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        line = f"{h.hexdigest()}  {os.path.basename(out)}\n"
+        with open(f"{out}.{algo}.tmp", "w") as f:
+            f.write(line)
+        os.rename(f"{out}.{algo}.tmp", f"{out}.{algo}")
+    print(f"dist: {out} ({os.path.getsize(out) / 1e6:.1f} MB), {os.path.basename(out)}.sha256 and .sha512")
 
 
 def _parents(rel):
@@ -254,6 +305,8 @@ def main(argv=None):
     s = sub.add_parser("stage", help="PyInstaller output -> ready-to-install bin dir")
     s.add_argument("--pyi", required=True, help="the PyInstaller onedir output (dir holding skb-cni)")
     s.add_argument("--launcher", required=True, help="the compiled static launcher")
+    s.add_argument("--pyinstaller", default=sys.executable,
+                   help="the Python that ran PyInstaller (for its version and license, in NOTICE)")
     s.add_argument("--out", required=True, help="bin dir to create (replaced if present)")
     i = sub.add_parser("install", help="install a staged bin dir into DEST")
     i.add_argument("src")

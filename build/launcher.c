@@ -7,7 +7,8 @@
  *   <bundle>/lib/ld-linux-x86-64.so.2 --library-path <bundle>/lib:<bundle>/_internal --inhibit-cache
  *       --argv0 <bundle>/skb-cni <bundle>/skb-cni <applet> [args...]
  *
- * where <bundle> is realpath(<own dir>/.skb) and <applet> is the launcher's own basename.
+ * where <bundle> is realpath(<own dir>/.skb), or while .skb is missing the bundle dir named in this
+ * launcher (see find_bundle), and <applet> is the launcher's own basename.
  *
  * Why each piece:
  * - The bundle ships its own glibc and loader (copied from the build host), and we start the PyInstaller
@@ -24,8 +25,8 @@
  *   believes it is already the restarted process: _PYI_ARCHIVE_FILE equal to its own (realpath'd)
  *   executable and _PYI_PARENT_PROCESS_LEVEL=0. We set both. _PYI_LINUX_PROCESS_NAME makes the
  *   bootloader prctl(PR_SET_NAME) the applet name, so ps/top show "loopback" rather than "ld-linux-x86-64".
- * - The bundle path is resolved once (realpath of the .skb symlink) and used for the loader, the
- *   libraries and the program alike: an install that swaps .skb while we start cannot mix two versions.
+ * - The bundle path is resolved once and used for the loader, the libraries and the program alike: an
+ *   install that swaps .skb while we start cannot mix two versions.
  *
  * Errors (bundle missing, exec failed) are printed as a CNI error object on stdout, exit 1: the runtime
  * shows that message to the operator instead of a bare "exit status 127".
@@ -43,6 +44,7 @@
 #include "launcher.h"
 
 #define BUNDLE_LINK ".skb"
+#define BUNDLE_MARK "skb-cni bundle dir="
 #define LOADER "lib/ld-linux-x86-64.so.2"
 #define PROGRAM "skb-cni"
 
@@ -121,6 +123,26 @@ int cat(char *dst, size_t size, ...)
     return 1;
 }
 
+/* The name of this launcher's own bundle dir, written after the mark by build/bundle.py stage (NUL padded;
+ * empty in an unstaged build). Not const, not static: the compiler must read it at run time. */
+char bundle_slot[sizeof(BUNDLE_MARK) + 96] = BUNDLE_MARK;
+
+/* realpath(<dir>/.skb) into bundle, else realpath(<dir>/<the bundle this launcher names>). tar, extracting
+ * a newer release over an install, unlinks .skb before it makes the new link: a call starting in between
+ * starts the bundle its launcher names instead, which tar never removes (and tar writes each launcher
+ * only after the bundle it names). link is left holding the .skb path, for the error message. */
+static int find_bundle(const char *dir, char *link, size_t size, char *bundle)
+{
+    const char *name = bundle_slot + sizeof(BUNDLE_MARK) - 1;
+    char own[PATH_MAX] = "";
+    link[0] = 0;
+    if (!cat(link, size, dir, "/" BUNDLE_LINK, NULL))
+        return 0;
+    if (realpath(link, bundle))
+        return 1;
+    return *name && cat(own, sizeof(own), dir, "/", name, NULL) && realpath(own, bundle);
+}
+
 int main(int argc, char **argv)
 {
     char self[PATH_MAX], link[PATH_MAX] = "", bundle[PATH_MAX];
@@ -148,7 +170,7 @@ int main(int argc, char **argv)
     applet = slash + 1;
     *slash = 0; /* self is now our directory */
 
-    if (!cat(link, sizeof(link), self, "/" BUNDLE_LINK, NULL) || !realpath(link, bundle))
+    if (!find_bundle(self, link, sizeof(link), bundle))
         return fail("skb-cni bundle missing: ", link, "reinstall with make install");
     if (!cat(loader, sizeof(loader), bundle, "/" LOADER, NULL) || !cat(program, sizeof(program), bundle, "/" PROGRAM, NULL) ||
         !cat(libpath, sizeof(libpath), bundle, "/lib:", bundle, "/_internal", NULL))

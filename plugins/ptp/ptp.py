@@ -210,6 +210,9 @@ def _add(args, conf, pc, stdin, ns, undo):
         if 0 < pc.mtu < 1280 and any(a.family == 6 for a in addrs):
             raise CNIError(INVALID_CONFIG, f"invalid field mtu: {pc.mtu} is below IPv6's minimum of 1280",
                            "the IPAM result holds IPv6 addresses; raise mtu to 1280 or more")
+        # Refuse a gateway or pod address the node already uses (ADD only; bench/hostclash.py has the cost)
+        from skb.linux import hostclash
+        hostclash.refuse(hnl, [(a.ip, a.gateway, a.subnet) for a in addrs])
         host, cont = _make_veth(args, conf, pc, ns, hnl, cnl, undo, any(a.family == 6 for a in addrs))
         _configure_container(args, ns, cnl, cont, addrs, ipam_result, undo)
         _configure_host(hnl, host, addrs)

@@ -46,6 +46,8 @@ def template_values(pod_cidrs=(), extra=None):
     - ``POD_RANGES``: host-local's ``ranges`` as JSON, one range set per CIDR;
     - ``POD_ROUTES``: a default route per family, as JSON (host-local's ``routes``).
 
+    ``MTU`` (the pods' MTU) is the caller's: ``skb install`` reads it from the node (``skb.install.node``).
+
     ``extra`` (``--set NAME=VALUE``) adds or overrides variables.
     """
     values = {}
@@ -62,9 +64,11 @@ def render(template, values, source="the template"):
     text that is not JSON afterwards, or a conflist a runtime would reject is an ``InstallError``."""
     missing = sorted({m.group(1) for m in VAR_RE.finditer(template)} - set(values))
     if missing:
-        hint = " (give the node's pod CIDR: --pod-cidr, --pod-cidr-file or SKB_POD_CIDR)" \
-            if any(m.startswith("POD_") for m in missing) else " (give it with --set NAME=VALUE)"
-        raise InstallError(f"{source} uses ${{{missing[0]}}}, which has no value{hint}")
+        first = next((m for m in missing if m.startswith("POD_")), missing[0])
+        hint = " (give the node's pod CIDR: --pod-cidr, --pod-cidr-file, SKB_POD_CIDR or --pod-cidr-from-api)" \
+            if first.startswith("POD_") else " (give it with --mtu or SKB_MTU)" if first == "MTU" \
+            else " (give it with --set NAME=VALUE)"
+        raise InstallError(f"{source} uses ${{{first}}}, which has no value{hint}")
     text = VAR_RE.sub(lambda m: values[m.group(1)], template)
     try:
         conf = json.loads(text)
@@ -193,15 +197,18 @@ def uninstall_config(conf_dir, conf_name, network=None, force=False, log=print):
 
 DEFAULT_NETWORK = "skb"
 # The conflist written when no --template is given; deploy/10-skb.conflist.template is the same text
-# (tests/unit/test_installer.py keeps them equal).
+# (tests/unit/test_installer.py keeps them equal). cniVersions offers 1.1.0 (STATUS, GC) to a libcni that
+# knows it (v1.2 on: containerd 2, CRI-O); older ones (containerd 1.6/1.7, podman 4) ignore the key and
+# use cniVersion, 1.0.0: they reject a 1.1.0 result ("unsupported CNI result version").
 DEFAULT_TEMPLATE = """\
 {
   "cniVersion": "1.0.0",
+  "cniVersions": ["1.0.0", "1.1.0"],
   "name": "skb",
   "plugins": [
     {
       "type": "ptp",
-      "mtu": 1500,
+      "mtu": ${MTU},
       "ipam": {
         "type": "host-local",
         "ranges": ${POD_RANGES},

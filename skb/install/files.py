@@ -14,6 +14,10 @@ CONF_TMP_INFIX = ".skb-tmp."  # temporary config files: .<conf name>.skb-tmp.<pi
 DEFAULT_BIN_DIR = "/opt/cni/bin"
 LAUNCHER_MAX_SIZE = 1 << 20  # our launchers are ~30 KB static binaries
 LAUNCHER_MARK = b"skb-cni launcher"  # a string compiled into build/launcher.c's messages
+# A launcher names the bundle dir it starts: build/bundle.py stage writes the name after this mark, in a
+# slot of BUNDLE_SLOT bytes plus a NUL (build/launcher.c: bundle_slot).
+BUNDLE_MARK = b"skb-cni bundle dir="
+BUNDLE_SLOT = 96
 
 # Crash points for tests (tests/integration/test_installer.py): SKB_INSTALL_CRASH_AT=<point> makes the
 # installer SIGKILL itself there, exactly like a node reboot or an OOM kill at that instant.
@@ -88,7 +92,23 @@ def staged_bundle(src):
 
 
 def launchers(src):
-    return sorted(n for n in os.listdir(src) if not n.startswith(".") and os.path.isfile(os.path.join(src, n)))
+    """Our launchers in a staged or installed bin dir (not LICENSE, README.md, nor another plugin)."""
+    return sorted(n for n in os.listdir(src) if not n.startswith(".") and is_our_launcher(os.path.join(src, n)))
+
+
+def launcher_bundle(path):
+    """The bundle dir name a launcher of ours starts, or None (an unstaged launcher: it follows .skb)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(LAUNCHER_MAX_SIZE)
+    except OSError:
+        return None
+    at = data.find(BUNDLE_MARK)
+    if at < 0:
+        return None
+    start = at + len(BUNDLE_MARK)
+    name = data[start:start + BUNDLE_SLOT + 1].split(b"\0", 1)[0].decode("ascii", "replace")
+    return name if BUNDLE_RE.match(name) else None
 
 
 def is_our_launcher(path):

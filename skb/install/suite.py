@@ -5,7 +5,7 @@ import os
 import time
 
 from skb.install.files import (BUNDLE_RE, InstallError, LINK, TMP_PREFIX, DirLock, crash_point,
-                               remove_any, say, copy_tree_durably, is_our_launcher, launchers,
+                               remove_any, say, copy_tree_durably, is_our_launcher, launcher_bundle, launchers,
                                mapped_by_someone, remove_dir, replace_file, staged_bundle, verify)
 
 
@@ -67,20 +67,26 @@ def install_suite(src, dest, log=print, old_bundle_wait=5.0):
             say(log, f"install: {path}")
         os.fsync(dfd)
 
-        # 4. Older bundles. The one .skb pointed at until now stays until the next upgrade: a plugin
-        # started from it a moment ago still loads modules from it, and an installer in a container
-        # cannot see the node's processes to know. Older ones go once no visible process maps them.
+        # 4. Bundles no launcher uses: each launcher names its own (an older release extracted by tar, or
+        # an applet this release no longer has, may have left launchers naming older bundles; those stay).
+        # The one .skb pointed at until now also stays until the next upgrade: a plugin started from it a
+        # moment ago still loads modules from it, and an installer in a container cannot see the node's
+        # processes to know. The others go once no visible process maps them.
+        used = {name, previous}
+        for entry in os.listdir(dest):
+            path = os.path.join(dest, entry)
+            if not entry.startswith(".") and is_our_launcher(path):
+                used.add(launcher_bundle(path) or name)
         for entry in sorted(os.listdir(dest)):
             path = os.path.join(dest, entry)
-            if entry in (name, previous) or not BUNDLE_RE.match(entry) or os.path.islink(path) \
-                    or not os.path.isdir(path):
+            if entry in used or not BUNDLE_RE.match(entry) or os.path.islink(path) or not os.path.isdir(path):
                 continue
             deadline = time.monotonic() + old_bundle_wait
             while mapped_by_someone(path) and time.monotonic() < deadline:
                 time.sleep(0.05)
             remove_dir(dest, entry)
             changed = True
-            say(log, f"install: removed {path}")
+            say(log, f"install: removed {path} (no launcher uses it)")
         for entry in os.listdir(dest):
             if entry.startswith(TMP_PREFIX):
                 remove_any(os.path.join(dest, entry))

@@ -19,6 +19,7 @@ import errno as _errno
 
 from skb.cni.errors import CNIError, INTERNAL, TRY_AGAIN, errno_reason
 from skb.linux.netlink_codec import (IFA_F_NODAD, IFF_UP, IFLA_EXT_MASK, IFLA_MTU, Link, NETLINK_CAP_ACK,
+                                       NETLINK_GET_STRICT_CHK, _HDR, _HDR_FLAGS_SEQ,
                                        NETLINK_EXT_ACK, NETLINK_ROUTE, NLMSGERR_ATTR_MSG, NLMSG_DONE,
                                        NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CREATE,
                                        NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL, NLM_F_MULTI, NLM_F_REPLACE,
@@ -114,38 +115,48 @@ class RtNetlink:
 
     # -- transport --------------------------------------------------------------------------------
 
-    def _talk(self, kind, flags, payload):
-        """Send one request; return (reply payloads, dump-interrupted). NLMSG_ERROR -> _KernelError."""
+    def _send(self, kind, flags, payload):
+        """Send one request; its sequence number."""
         self._seq += 1
-        seq = self._seq
         try:
-            self._sock.send(message(kind, flags | NLM_F_REQUEST, seq, payload))
+            self._sock.send(message(kind, flags | NLM_F_REQUEST, self._seq, payload))
         except OSError as e:
             raise CNIError(INTERNAL, f"cannot send a netlink request in netns {self.label}: {errno_reason(e.errno)}") from None
+        return self._seq
+
+    def _recv(self):
+        """One datagram of the reply."""
+        try:
+            n = self._sock.recv_into(self._buf, len(self._buf), _socket.MSG_TRUNC)
+        except OSError as e:
+            raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {errno_reason(e.errno)}") from None
+        if n > len(self._buf):
+            raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
+        return bytes(self._buf[:n])
+
+    @staticmethod
+    def _end(kind, flags, body):
+        """An NLMSG_ERROR or NLMSG_DONE ends a reply: _KernelError when it carries an error."""
+        if kind == NLMSG_ERROR:
+            err, text = parse_error(body, flags)
+        else:
+            err = -_I32.unpack_from(body)[0] if len(body) >= 4 else 0
+            text = _cstr(parse_attrs(body, 4).get(NLMSGERR_ATTR_MSG, b"")) if err and flags & NLM_F_ACK_TLVS else ""
+        if err:
+            raise _KernelError(err, text)
+
+    def _talk(self, kind, flags, payload):
+        """Send one request; return (reply payloads, dump-interrupted). NLMSG_ERROR -> _KernelError."""
+        seq = self._send(kind, flags, payload)
         replies, intr = [], False
-        buf = self._buf
         while True:
-            try:
-                n = self._sock.recv_into(buf, len(buf), _socket.MSG_TRUNC)
-            except OSError as e:
-                raise CNIError(INTERNAL, f"cannot read a netlink reply in netns {self.label}: {errno_reason(e.errno)}") from None
-            if n > len(buf):
-                raise CNIError(INTERNAL, f"netlink reply of {n} bytes truncated in netns {self.label}")
-            for rkind, rflags, rseq, body in split_messages(bytes(buf[:n])):
+            for rkind, rflags, rseq, body in split_messages(self._recv()):
                 if rseq != seq:
                     continue            # a late reply to an earlier request
                 if rflags & NLM_F_DUMP_INTR:
                     intr = True
-                if rkind == NLMSG_ERROR:
-                    err, text = parse_error(body, rflags)
-                    if err:
-                        raise _KernelError(err, text)
-                    return replies, intr
-                if rkind == NLMSG_DONE:
-                    err = -_I32.unpack_from(body)[0] if len(body) >= 4 else 0
-                    if err:
-                        text = parse_attrs(body, 4).get(NLMSGERR_ATTR_MSG, b"") if rflags & NLM_F_ACK_TLVS else b""
-                        raise _KernelError(err, _cstr(text))
+                if rkind == NLMSG_ERROR or rkind == NLMSG_DONE:
+                    self._end(rkind, rflags, body)
                     return replies, intr
                 if rkind == NLMSG_NOOP:
                     continue
@@ -168,6 +179,60 @@ class RtNetlink:
                 return replies
         raise CNIError(TRY_AGAIN, f"listing {what} in netns {self.label} was interrupted 10 times",
                        "the table kept changing while it was read; try again")
+
+    def dump_raw(self, kind, payload, what, strict=False):
+        """The datagrams of a dump reply, undecoded: for a caller that searches them for a few encoded
+        attributes instead of decoding hundreds of messages (skb.linux.hostclash). Only the message
+        headers are read here (sequence, end, error, interruption: retried as ``_dump`` is). ``strict``
+        has the kernel apply the filters of the request's header (NETLINK_GET_STRICT_CHK, Linux 4.20;
+        an older kernel dumps everything, which is still correct). ``what`` names the table in errors."""
+        if strict:
+            try:
+                self._sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+            except OSError:
+                strict = False
+        try:
+            for _ in range(10):
+                seq = self._send(kind, NLM_F_DUMP, payload)
+                try:
+                    datagrams, intr = self._read_raw(seq)
+                except _KernelError as e:
+                    raise self._error(e, f"listing {what}") from None
+                if not intr:
+                    return datagrams
+            raise CNIError(TRY_AGAIN, f"listing {what} in netns {self.label} was interrupted 10 times",
+                           "the table kept changing while it was read; try again")
+        finally:
+            if strict:
+                self._sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 0)
+
+    def _read_raw(self, seq):
+        """Datagrams until the dump's NLMSG_DONE. A dump reply is recognised without walking it: its end
+        is a 20-byte NLMSG_DONE at the end of the last datagram, and an interruption shows as a header
+        with NLM_F_MULTI | NLM_F_DUMP_INTR and our sequence number (a false match only costs a retry).
+        Anything else (an error, an extended acknowledgement) is walked message by message."""
+        datagrams, intr = [], False
+        interrupted = _HDR_FLAGS_SEQ.pack(NLM_F_MULTI | NLM_F_DUMP_INTR, seq)
+        while True:
+            data = self._recv()
+            n = len(data)
+            intr = intr or interrupted in data
+            if n >= 20:
+                length, kind, _flags, rseq, _pid = _HDR.unpack_from(data, n - 20)
+                if length == 20 and kind == NLMSG_DONE and rseq == seq and not _I32.unpack_from(data, n - 4)[0]:
+                    datagrams.append(data[:n - 20])
+                    return datagrams, intr
+            off = 0
+            while off + 16 <= n:
+                length, kind, flags, rseq, _pid = _HDR.unpack_from(data, off)
+                if length < 16:
+                    break
+                if rseq == seq and kind in (NLMSG_ERROR, NLMSG_DONE):
+                    self._end(kind, flags, data[off + 16:off + length])
+                    datagrams.append(data[:off])
+                    return datagrams, intr
+                off += (length + 3) & ~3
+            datagrams.append(data)
 
     def _error(self, e, what, messages=None, subject=None):
         """The exception for a refused request: a known phrasing from ``messages`` (errno -> text), else

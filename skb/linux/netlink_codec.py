@@ -11,6 +11,7 @@ NETLINK_ROUTE = 0
 SOL_NETLINK = 270
 NETLINK_CAP_ACK = 10        # acks carry only the header of our request, not all of it back
 NETLINK_EXT_ACK = 11        # errors carry the kernel's explanation ("Nexthop has invalid gateway")
+NETLINK_GET_STRICT_CHK = 12  # dump requests are checked, and filtered by their header (Linux 4.20)
 
 NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE = 1, 2, 3
 NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK, NLM_F_DUMP_INTR = 0x1, 0x2, 0x4, 0x10
@@ -23,6 +24,8 @@ RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK, RTM_SETLINK = 16, 17, 18, 19
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
 RTM_NEWNSID, RTM_GETNSID = 88, 90
+RTM_GETNEXTHOP = 106
+NHA_ID, NHA_GROUP, NHA_OIF, NHA_GATEWAY = 1, 2, 5, 6
 NETNSA_NSID, NETNSA_FD = 1, 3
 
 IFF_UP = 0x1
@@ -38,6 +41,7 @@ IFA_ADDRESS, IFA_LOCAL, IFA_LABEL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 3, 4, 8
 IFA_F_NODAD, IFA_F_DADFAILED, IFA_F_TENTATIVE, IFA_F_PERMANENT = 0x02, 0x08, 0x40, 0x80
 
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_METRICS, RTA_TABLE = 1, 4, 5, 6, 7, 8, 15
+RTA_MULTIPATH, RTA_VIA, RTA_NH_ID = 9, 18, 30
 RTAX_MTU, RTAX_ADVMSS = 2, 8
 RT_SCOPE_UNIVERSE, RT_SCOPE_LINK, RT_SCOPE_HOST, RT_SCOPE_NOWHERE = 0, 253, 254, 255
 RT_TABLE_UNSPEC, RT_TABLE_COMPAT, RT_TABLE_MAIN, RT_TABLE_LOCAL = 0, 252, 254, 255
@@ -46,10 +50,13 @@ RTN_UNICAST = 1
 RTM_F_CLONED = 0x200
 
 _HDR = _struct.Struct("=IHHII")        # nlmsghdr: len, type, flags, seq, pid
+_HDR_FLAGS_SEQ = _struct.Struct("=HI")  # nlmsghdr's flags and sequence number, as they sit in it
 _RTA = _struct.Struct("=HH")           # rtattr: len, type
 _IFINFO = _struct.Struct("=BxHiII")    # ifinfomsg: family, type, index, flags, change
 _IFADDR = _struct.Struct("=BBBBI")     # ifaddrmsg: family, prefixlen, flags, scope, index
 _RTMSG = _struct.Struct("=BBBBBBBBI")  # rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
+_RTNH = _struct.Struct("=HBBi")        # rtnexthop (in RTA_MULTIPATH): len, flags, hops, ifindex
+_NHMSG = _struct.Struct("=BBBBI")      # nhmsg: family, scope, protocol, reserved, flags
 _U32 = _struct.Struct("=I")
 _I32 = _struct.Struct("=i")
 _ALEN = {AF_INET: 4, AF_INET6: 16}
@@ -375,3 +382,48 @@ def decode_route(payload):
     r.mtu = _u32(metrics[RTAX_MTU]) if RTAX_MTU in metrics else 0
     r.advmss = _u32(metrics[RTAX_ADVMSS]) if RTAX_ADVMSS in metrics else 0
     return r
+
+
+def route_next_hops(payload):
+    """The next hops of a route message: ([(family, packed gateway, oif)], nexthop object id or None).
+    A route's gateway is RTA_GATEWAY, or RTA_VIA (an IPv4 route through an IPv6 gateway: family, then
+    the address), or one per rtnexthop of RTA_MULTIPATH (each with its own attributes); a route made
+    with a nexthop object carries RTA_NH_ID instead (its gateways are the object's)."""
+    family = payload[0]
+    a = parse_attrs(payload, 12)
+    oif = _u32(a[RTA_OIF]) if RTA_OIF in a else 0
+    hops = []
+    if RTA_GATEWAY in a:
+        hops.append((family, a[RTA_GATEWAY], oif))
+    if RTA_VIA in a and len(a[RTA_VIA]) >= 2:
+        via_family = int.from_bytes(a[RTA_VIA][:2], "little")
+        hops.append((via_family, a[RTA_VIA][2:], oif))
+    mp = a.get(RTA_MULTIPATH, b"")
+    off = 0
+    while off + 8 <= len(mp):
+        n, _flags, _hops, index = _RTNH.unpack_from(mp, off)
+        if n < 8 or off + n > len(mp):
+            break
+        sub = parse_attrs(mp, off + 8, off + n)
+        if RTA_GATEWAY in sub:
+            hops.append((family, sub[RTA_GATEWAY], index))
+        if RTA_VIA in sub and len(sub[RTA_VIA]) >= 2:
+            hops.append((int.from_bytes(sub[RTA_VIA][:2], "little"), sub[RTA_VIA][2:], index))
+        off += align(n)
+    nh_id = _u32(a[RTA_NH_ID]) if RTA_NH_ID in a else None
+    return hops, nh_id
+
+
+def decode_nexthop(payload):
+    """A nexthop object (RTM_NEWNEXTHOP): (id, family, packed gateway or None, oif, [member ids of a
+    group])."""
+    family = payload[0]
+    a = parse_attrs(payload, _NHMSG.size)
+    group = a.get(NHA_GROUP, b"")
+    members = [_u32(group[i:i + 4]) for i in range(0, len(group) - 7, 8)]   # struct nexthop_grp: id, weight, pad
+    return (_u32(a[NHA_ID]) if NHA_ID in a else 0, family, a.get(NHA_GATEWAY),
+            _u32(a[NHA_OIF]) if NHA_OIF in a else 0, members)
+
+
+def nexthop_dump_request(family=0):
+    return _NHMSG.pack(family, 0, 0, 0, 0)

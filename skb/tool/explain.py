@@ -1,25 +1,26 @@
-"""``skb explain``: what a CNI error message from kubelet, a runtime, libcni or a plugin means, and what on
-this node causes it.
+"""``skb explain``: what a CNI error message from kubelet, a runtime, libcni, a plugin or a network add-on
+means, what on this node causes it, what to check and how to fix it.
 
-The messages are recognised by the table ``PATTERNS`` (one place, each entry tested with a real message):
-a regular expression, a title, one paragraph on the meaning and the usual causes, and the doctor finding
-codes that bear on it. Wrapping messages (containerd's "failed to setup network for sandbox", libcni's
-'plugin type="X" failed (add)', kubelet's NetworkPluginNotReady) are explained and then the message they
-wrap is explained too. After the explanation the doctor checks that apply are run and their findings
-printed; text that matches nothing is said to be unknown and the whole doctor runs.
+The messages are data: ``skb.tool.catalogue`` (each entry cites the message shape it matches, with a
+cause, checks and a fix in this project's words, filled with the values the message carried). A message
+that wraps another (containerd's "failed to setup network for sandbox", libcni's 'plugin type="X"
+failed (add)', kubelet's NetworkPluginNotReady) is explained and then the message it wraps, layer by
+layer; messages that follow one another on a line (a setup error, then the cleanup's) are explained in
+turn. After the explanation the doctor checks that apply run and their findings are printed; text that
+matches nothing is said to be unknown and the whole doctor runs.
 
 ``--journal`` reads the runtimes' recent log: ``journalctl`` (bounded in time, lines, bytes and seconds)
 for the containerd, crio and kubelet units, else log files (``--log-file``); every recognised message is
 listed once with how often it appeared. Where neither is available it says so and exits 0.
 """
 import os
-import re
 import sys
 import json
 import shutil
 import subprocess
 
 from skb.tool.style import Style, fail
+from skb.tool.catalogue import ENTRIES, Values, fill
 from skb.tool.doctor import command as doctor_command
 from skb.tool.doctor.findings import SEVERITIES
 from skb.tool.doctor.files import BadFile, read_regular
@@ -33,155 +34,42 @@ LOG_FILES = ("/var/log/containerd.log", "/var/log/crio.log", "/var/log/kubelet.l
              "/var/log/messages")
 LOG_TAIL = 4 << 20        # bytes read from the end of a log file
 GROUPS = ("version", "status", "node", "leaks")
-
-# finding codes by topic
-CONF = ("no-config", "invalid-json", "load-error", "wrong-extension", "no-plugins", "skipped-entry",
-        "unreadable-entry", "default-network", "several-networks", "shadowed", "runtime-dirs-disagree",
-        "runtime-config-invalid", "runtime-config-ignored")
-BINS = ("plugin-missing", "plugin-elsewhere", "plugin-not-executable", "runtime-dirs-disagree",
-        "runtime-config-invalid", "runtime-config-ignored")
-VERSIONS = ("version-unsupported", "version-failed", "no-cniversion")
-RUN = ("probe-failed", "probe-no-ip", "probe", "probe-skipped", "forwarding-off")
+MAX_DEPTH = 8             # layers of wrapping followed
+MAX_CHAINS = 4            # messages explained one after the other in one text
 
 
-class Pattern:
-    __slots__ = ("key", "regex", "title", "meaning", "codes", "groups", "inner")
+class Layer:
+    """One explained message: its entry, the shape that matched, the match, the values for its texts,
+    and how it relates to the one before ("", "wrapped", "also")."""
 
-    def __init__(self, key, regex, title, meaning, codes=(), groups=(), inner=None):
-        self.key = key
-        self.regex = re.compile(regex, re.IGNORECASE | re.DOTALL)
-        self.title = title
-        self.meaning = meaning
-        self.codes = tuple(codes)
-        self.groups = tuple(groups)     # doctor check groups that must run (GROUPS)
-        self.inner = inner              # name of the group holding a wrapped message to explain as well
+    __slots__ = ("entry", "shape", "m", "values", "how")
 
+    def __init__(self, entry, shape, m, values, how):
+        self.entry, self.shape, self.m, self.values, self.how = entry, shape, m, values, how
 
-PATTERNS = (
-    Pattern("not-ready-status",
-            r"NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: (?P<msg>.+)",
-            "kubelet: the runtime reports its network as not ready (the node is NotReady)",
-            "kubelet asks the runtime for its status every few seconds; the runtime answers NetworkReady=false "
-            "with the text after 'Network plugin returns error:'. With containerd 2 and a network of cniVersion "
-            "1.1.0 that text can come from a plugin failing CNI STATUS (its daemon or datastore is down); "
-            "otherwise it is the runtime's own reason, usually that it loaded no network configuration. New "
-            "pods are not scheduled on the node until it clears.",
-            CONF + BINS + ("status-failed",), ("status",), "msg"),
-    Pattern("cni-config-uninitialized", r"cni config uninitiali[sz]ed",
-            "the runtime has no usable CNI network configuration",
-            "containerd (and dockershim before it) found no network configuration it could load in its CNI "
-            "conf dir. Usual causes: the network add-on has not written its config yet (it is normal for a "
-            "few seconds after a node joins), the file is in another directory than the runtime's conf_dir, "
-            "it has an extension libcni ignores, or a file in the directory does not parse, which aborts the "
-            "whole load.", CONF),
-    Pattern("cni-plugin-not-initialized", r"cni plugin not initiali[sz]ed",
-            "containerd's CRI has not loaded a CNI network",
-            "containerd's CRI answers this until a load of its conf dir succeeds: the directory is empty or "
-            "missing, every candidate file fails to load (one invalid file makes the whole load fail), or the "
-            "config names a plugin containerd cannot find. containerd reloads when the directory changes; the "
-            "doctor below shows which file is at fault.", CONF + BINS + VERSIONS),
-    Pattern("no-networks-found", r"No networks found in (?P<dir>\S+)|No CNI configuration file in (?P<dir2>\S+)",
-            "no network configuration file in the conf dir",
-            "The runtime (CRI-O's ocicni, or a meta-plugin such as multus) looked in the directory named and "
-            "found no .conf, .conflist or .json file it could load. Usual causes: the network add-on has not "
-            "started, it writes to another directory than the runtime reads (CRI-O: network_dir), or the "
-            "file's extension or content is wrong.", CONF),
-    Pattern("missing-default-network", r"Missing CNI default network",
-            "CRI-O: no default network",
-            "CRI-O (ocicni) found no network to use for pods: none loaded from its network_dir, or "
-            "cni_default_network names a network no file defines. A network_dir pointing elsewhere than where "
-            "the add-on writes its config gives the same message.", CONF),
-    Pattern("cni-config-load-failed", r"cni config load failed|failed to load cni config",
-            "containerd could not load its CNI configuration",
-            "A file in the conf dir failed to load; libcni stops at the first failure, so one bad file (invalid "
-            "JSON, a conflist without plugins, a FIFO or a directory named like a config) hides every network.",
-            CONF),
-    Pattern("no-plugins-key", r"no 'plugins' key|no plugin configs found",
-            "a .conflist without a plugins list",
-            "libcni read a .conflist that has no 'plugins' array (before libcni 1.3: \"no 'plugins' key\"; since: "
-            "\"no plugin configs found\"). Usually a single-plugin config saved under the .conflist extension: "
-            "rename it to .conf, or wrap the object in {\"plugins\": [...]}.", CONF),
-    Pattern("plugin-not-found", r'failed to find plugin "(?P<plugin>[^"]*)" in path \[(?P<path>[^\]]*)\]',
-            "a plugin executable is not in the runtime's plugin dirs",
-            "libcni looked for the plugin named by a config's \"type\" (or ipam.type) in each directory listed "
-            "and found no file of that name. Usual causes: the plugin is not installed, it is installed in "
-            "another directory than the runtime's bin_dir / bin_dirs / plugin_dirs (Debian's packages use "
-            "/usr/lib/cni, most add-ons /opt/cni/bin), or the type is misspelt.", BINS),
-    Pattern("network-info", r"failed to find network info for sandbox",
-            "containerd: the pod network's result has no IP for the pod's interface",
-            "After ADD, containerd's CRI looks up the addresses of the interface it asked for (eth0) in the "
-            "result; this message means the result had none there: the chain's last plugin dropped the "
-            "prevResult, the IPAM returned no address, or the ips point (by interface index) at another "
-            "interface (the host side). skb doctor --probe runs the ADD in scratch namespaces and shows the "
-            "result.", CONF + BINS + RUN),
-    Pattern("statfs-proc", r'failed to Statfs "(?P<path>/proc/(?P<pid>\d+)(?:/task/\d+)?/ns/net)"',
-            "the container's network namespace was gone when the plugin ran",
-            "The runtime passed CNI_NETNS as /proc/<pid>/ns/net and that process had already exited: the "
-            "sandbox died (or was killed) before its network was set up, or this is a DEL for a container that "
-            "is long gone. A PID can be reused: a later DEL through such a path may reach another process's "
-            "namespace (the reference loopback's DEL set the node's lo down this way). Usually transient; if "
-            "it repeats, look at why sandboxes die (OOM, runtime restarts).", ("host-lo-down", "leaked-reservation"),
-            ("node", "leaks")),
-    Pattern("statfs", r'failed to Statfs "(?P<path>[^"]+)"',
-            "the network namespace path does not exist",
-            "A plugin could not open CNI_NETNS: the named namespace was deleted (or never created) before the "
-            "call. For ADD the runtime is racing its own cleanup; for DEL most plugins treat it as done.",
-            ("leaked-reservation",), ("leaks",)),
-    Pattern("plugin-failed", r'plugin type="(?P<plugin>[^"]*)"(?: name="[^"]*")? failed \((?P<verb>[a-z]+)\): '
-                             r'(?P<rest>.+)',
-            "a plugin of the chain failed",
-            "libcni ran the network's plugins in order and the plugin named failed for the command named (add, "
-            "delete, check); what follows the colon is the plugin's own error (its msg and details). The "
-            "plugin's message is explained below when it is a known one.", BINS + VERSIONS + ("status-failed",),
-            ("version",), "rest"),
-    Pattern("incompatible-versions", r"incompatible CNI versions|does not support (?:the )?config version",
-            "the config's cniVersion is one the plugin does not speak",
-            "The plugin was given a cniVersion it does not list in its supportedVersions (error code 1). Usual "
-            "causes: a config written for a newer spec (1.1.0) with older plugins (the Go plugins before v1.6.0 "
-            "stop at 1.0.0), or a missing cniVersion (read as 0.1.0) with a plugin that dropped it. podman "
-            "silently drops such networks.", VERSIONS + BINS, ("version",)),
-    Pattern("duplicate-allocation", r"(?P<address>\S+) has been allocated to (?P<container>\S+), duplicate allocation is not "
-                                    r"allowed|duplicate allocation is not allowed",
-            "host-local: this container already holds an address",
-            "host-local found a reservation file for the same container ID and interface: an earlier ADD "
-            "succeeded (or half succeeded) and no DEL released it, and the runtime is now retrying ADD. Usual "
-            "causes: a runtime restart between ADD and DEL, a DEL that failed, or a state dir restored from a "
-            "backup. skb gc releases what no live attachment holds.", ("leaked-reservation",), ("leaks",)),
-    Pattern("range-full", r"no IP addresses available in range set(?:: (?P<range>\S+))?",
-            "host-local: the address range is exhausted",
-            "Every address of the range set is reserved. On a node that runs far fewer pods than the range "
-            "holds, the reservations are leaked: containers whose DEL never ran (runtime crashes, a cleared "
-            "result cache). The doctor lists the leaked reservations; skb gc frees them.",
-            ("leaked-reservation",), ("leaks",)),
-    Pattern("allocate-range", r"failed to allocate for range (?P<range_set>\d+): (?P<rest>.+)",
-            "host-local could not allocate from a range set",
-            "host-local tried the range set numbered (counting the ranges in the config from 0) and failed for "
-            "the reason after the colon, explained below when it is a known one.", ("leaked-reservation",),
-            ("leaks",), "rest"),
-    Pattern("sandbox-setup", r'failed to (?:setup|set up) (?:sandbox container "(?P<container>[0-9a-f]+)" )?network '
-                             r'(?:for (?:sandbox|pod) "(?P<sandbox>[^"]+)")?[^:]*: (?P<rest>.+)',
-            "the runtime's ADD for a pod sandbox failed",
-            "The runtime (containerd's CRI, CRI-O, or dockershim) ran ADD of the pod network for a new sandbox "
-            "and it failed; the pod stays in ContainerCreating and kubelet retries with a new sandbox. The "
-            "cause is the message after the colon, explained below when it is a known one.", CONF + BINS,
-            ("version",), "rest"),
-    Pattern("sandbox-destroy", r'failed to destroy network for sandbox "(?P<sandbox>[^"]+)": (?P<rest>.+)',
-            "the runtime's DEL for a pod sandbox failed",
-            "StopPodSandbox ran DEL of the pod network and it failed; kubelet retries, and the pod's address "
-            "stays reserved until a DEL succeeds. A cached result that no longer parses (\"failed to get "
-            "network cached result\") or a config changed since the ADD are the usual causes.",
-            VERSIONS + ("leaked-reservation",), ("version", "leaks"), "rest"),
-    Pattern("netplugin-no-message", r"netplugin failed(?: with no error message| but error parsing its diagnostic "
-                                    r"message)?",
-            "a plugin failed without a CNI error on stdout",
-            "The plugin exited non-zero and did not print a CNI error object: it crashed, was killed (a "
-            "timeout), is not a CNI plugin (a wrapper script, the wrong architecture), or printed text instead "
-            "of JSON.", BINS + ("version-failed",), ("version",)),
-    Pattern("exec-failed", r"fork/exec (?P<path>\S+): (?:permission denied|exec format error|no such file)",
-            "the plugin file could not be executed",
-            "libcni found the file but the kernel refused to run it: not executable (chmod 755), built for "
-            "another architecture, or a script whose interpreter is missing.", BINS, ("version",)),
-)
+    @property
+    def key(self):
+        return self.entry.key
+
+    def title(self):
+        return fill(self.entry.title, self.values)
+
+    def cause(self):
+        return fill(self.entry.cause, self.values)
+
+    def checks(self):
+        return [fill(c, self.values) for c in self.entry.checks]
+
+    def fix(self):
+        return fill(self.entry.fix, self.values)
+
+    def matched(self):
+        return {k: v for k, v in self.m.groupdict().items() if v}
+
+    def to_dict(self):
+        return {"pattern": self.key, "family": self.entry.family, "shape": self.shape, "layer": self.how or "outer",
+                "title": self.title(), "meaning": self.cause(), "checks": self.checks(), "fix": self.fix(),
+                "matched": self.matched()}
 
 
 def _unescape(text):
@@ -194,49 +82,75 @@ def _unescape(text):
     return text
 
 
-def match(text, depth=0):
-    """[(pattern, match)]: the outermost recognised message (the one that starts first; ties go to the
-    earlier entry of PATTERNS), then, through its wrapped part, the messages it wraps."""
-    text = _unescape(text)
+def _first(text, skip):
+    """(entry, match, shape) of the message that starts first in ``text`` (ties: the earlier entry)."""
     best = None
-    for p in PATTERNS:
-        m = p.regex.search(text)
-        if m and (best is None or m.start() < best[1].start()):
-            best = (p, m)
-    if best is None:
-        return []
-    p, m = best
-    out = [best]
-    if p.inner and depth < 4 and m.group(p.inner):
-        out += [x for x in match(m.group(p.inner), depth + 1) if x[0].key != p.key]
-    return out
+    for e in ENTRIES:
+        if e.key in skip:
+            continue
+        found = e.search(text)
+        if found and (best is None or found[0].start() < best[1].start()):
+            best = (e, found[0], found[1])
+    return best
 
 
-def _paragraph(p, m):
-    details = {k: v for k, v in m.groupdict().items() if v and k not in ("rest", "msg")}
-    extra = ("; " + ", ".join(f"{k.replace('_', ' ').rstrip('2')}: {v}" for k, v in details.items())) if details else ""
-    return f"{p.title}{extra}.\n  {p.meaning}"
+def _chain(text, start, end, context, layers, how, depth):
+    """Explain the first known message in text[start:end] and what it wraps; the offset where the last
+    message explained ends (None when nothing is known there)."""
+    found = _first(text[start:end], {layer.key for layer in layers})
+    if found is None:
+        return None
+    entry, m, shape = found
+    values = Values(context)
+    values.update(entry.defaults)
+    values.update({k: v for k, v in m.groupdict().items() if v and k != "rest"})
+    if entry.derive:
+        values.update(entry.derive(values))
+    layers.append(Layer(entry, shape, m, values, how))
+    if m.groupdict().get("rest") and depth < MAX_DEPTH:
+        inner = _chain(text, start + m.start("rest"), start + m.end("rest"), values, layers, "wrapped", depth + 1)
+        return inner if inner is not None else start + m.end()
+    return start + m.end()
+
+
+def match(text):
+    """[Layer]: the outermost known message, the ones it wraps in order, then the next messages of the
+    text after the last one explained (each entry once)."""
+    text = _unescape(text)
+    layers, at = [], 0
+    for n in range(MAX_CHAINS):
+        after = _chain(text, at, len(text), {}, layers, "also" if n else "", 0)
+        if after is None or after <= at:
+            break
+        at = after
+    return layers
+
+
+def _paragraph(layer, indent="  "):
+    lines = [f"{layer.title()}.", f"{indent}{layer.cause()}"]
+    lines += [f"{indent}check: {c}" for c in layer.checks()]
+    if layer.fix():
+        lines.append(f"{indent}fix: {layer.fix()}")
+    return "\n".join(lines)
 
 
 def explain_text(text, opts, out):
     """Print the explanation and the doctor's findings that apply; the exit status."""
     style = Style.for_stream(out, opts.color)
-    matched = match(text)
-    if not matched:
+    layers = match(text)
+    if not layers:
         if not opts.json:
             print(f"{style.bold('skb explain')}: this message is not one skb knows: "
                   f"{' '.join(text.split())[:300]!r}", file=out)
             print("Running the whole doctor:", file=out)
         return _doctor(opts, None, (), style, out)
-    explained = [{"pattern": p.key, "title": p.title, "meaning": p.meaning,
-                  "matched": {k: v for k, v in m.groupdict().items() if v}} for p, m in matched]
     if not opts.json:
-        for i, (p, m) in enumerate(matched):
-            lead = style.bold("skb explain") if i == 0 else style.dim("  wrapped")
-            print(f"{lead}: {_paragraph(p, m)}", file=out)
-    codes = {c for p, _m in matched for c in p.codes}
-    groups = {g for p, _m in matched for g in p.groups}
-    return _doctor(opts, codes, groups, style, out, explained)
+        for layer in layers:
+            lead = style.bold("skb explain") if not layer.how else style.dim(f"  {layer.how}")
+            print(f"{lead}: {_paragraph(layer, '    ' if layer.how else '  ')}", file=out)
+    codes = {c for layer in layers for c in layer.entry.codes}
+    groups = {g for layer in layers for g in layer.entry.groups}
+    return _doctor(opts, codes, groups, style, out, [layer.to_dict() for layer in layers])
 
 
 def _doctor(opts, codes, groups, style, out, explained=None):
@@ -251,7 +165,8 @@ def _doctor(opts, codes, groups, style, out, explained=None):
                           "notes": [f.to_dict() for f in findings if f.severity == "note"],
                           "checked": [v.to_dict() for v in views]}, indent=2), file=out)
     elif codes is not None and not findings:
-        print(f"The doctor's checks that apply ({', '.join(sorted(codes))}) found nothing on this node.", file=out)
+        shown = ", ".join(sorted(codes)) or "none"
+        print(f"The doctor's checks that apply ({shown}) found nothing on this node.", file=out)
     else:
         if codes is not None:
             print("What the doctor finds on this node:", file=out)
@@ -313,24 +228,25 @@ def explain_journal(opts, out):
         print(f"skb explain --journal: no runtime log to read ({lines}); skipped. Pass the message itself: "
               "skb explain 'TEXT', or a log file with --log-file FILE.", file=out)
         return 0
-    seen = {}
+    seen = {}                   # first entry's key -> [layers of the last such line, count, line]
     for line in lines:
-        for p, m in match(line)[:1]:
-            entry = seen.setdefault(p.key, [p, m, 0, line])
-            entry[2] += 1
-            entry[1], entry[3] = m, line
+        layers = match(line)
+        if layers:
+            entry = seen.setdefault(layers[0].key, [layers, 0, line])
+            entry[1] += 1
+            entry[0], entry[2] = layers, line
     if not seen:
         print(f"skb explain: no known CNI error in {source} ({len(lines)} lines read).", file=out)
         return 0
     print(f"skb explain: {len(seen)} kind{'s' if len(seen) != 1 else ''} of CNI error in {source}:", file=out)
     codes, groups = set(), set()
-    for p, m, count, line in seen.values():
-        print(f"- {style.bold(p.title)} ({count} time{'s' if count != 1 else ''}); last: "
+    for layers, count, line in seen.values():
+        print(f"- {style.bold(layers[0].title())} ({count} time{'s' if count != 1 else ''}); last: "
               f"{' '.join(_unescape(line).split())[:400]}", file=out)
-        for q, qm in match(line):
-            print(f"  {_paragraph(q, qm)}", file=out)
-            codes.update(q.codes)
-            groups.update(q.groups)
+        for layer in layers:
+            print(f"  {_paragraph(layer, '    ')}", file=out)
+            codes.update(layer.entry.codes)
+            groups.update(layer.entry.groups)
     return _doctor(opts, codes, groups, style, out)
 
 
@@ -358,26 +274,34 @@ def command(opts):
             text = read_regular(opts.file, INPUT_LIMIT).decode("utf-8", "replace")
         elif opts.text in ([], ["-"]):
             if opts.text == [] and (sys.stdin is None or sys.stdin.isatty()):
-                return fail("skb explain", "give the message as an argument, '-' to read it from stdin, or --journal",
-                            opts)
+                return _usage_error(opts, "give the message as an argument, '-' to read it from stdin, or --journal")
             text = _read_stdin()
         else:
             text = " ".join(opts.text)
     except BadFile as e:
         return fail("skb explain", f"cannot read {e}", opts)
     if not text.strip():
-        return fail("skb explain", "the message is empty", opts)
+        return _usage_error(opts, "the message is empty (or only blanks): give the error message to explain")
     return explain_text(text, opts, sys.stdout)
 
 
+def _usage_error(opts, msg):
+    """A usage error as argparse reports one: the subcommand's usage, the reason, exit status 2."""
+    sys.stderr.write(getattr(opts, "explain_usage", ""))
+    fail("skb explain", msg, opts)
+    return 2
+
+
 EPILOG = """\
-Recognises the CNI errors printed by kubelet, containerd, CRI-O, podman, libcni and the reference
-plugins (e.g. "cni plugin not initialized", 'failed to find plugin "ptp" in path [...]', "no IP
-addresses available in range set", NetworkPluginNotReady), says in one paragraph what the message means
-and its usual causes, then runs the doctor's checks that apply (the options below are the doctor's) and
-prints their findings. A message wrapping another (containerd's "failed to setup network for sandbox",
-libcni's 'plugin type="X" failed (add)') is explained layer by layer. Unknown text: the whole doctor
-runs. Exit status 1 when a check finds a problem.
+Recognises the CNI errors printed by kubelet, containerd, CRI-O, podman, libcni, the reference plugins
+and the network add-ons behind them (flannel, Calico, AWS VPC CNI, Multus): e.g. "cni plugin not
+initialized", 'failed to find plugin "ptp" in path [...]', "incompatible CNI versions", "no IP addresses
+available in range set", NetworkPluginNotReady, "loadFlannelSubnetEnv failed". For each it says what
+the message means with the values it carries (plugin, versions, paths), what to check and the fix, then
+runs the doctor's checks that apply (the options below are the doctor's) and prints their findings. A
+message wrapping another (containerd's "failed to setup network for sandbox", libcni's 'plugin
+type="X" failed (add)') is explained layer by layer. Unknown text: the whole doctor runs. Exit status 1
+when a check finds a problem, 2 when no message is given (an empty one included).
 
 examples:
   skb explain 'failed to find plugin "ptp" in path [/opt/cni/bin]'
@@ -398,5 +322,5 @@ def add_parser(sub, formatter, parents=()):
                    help="with --journal: read this log file instead of the journal (repeatable)")
     e.add_argument("--json", action="store_true", help="the findings as JSON (after the explanation)")
     doctor_command.add_options(e)
-    e.set_defaults(func=command, json=False)
+    e.set_defaults(func=command, json=False, explain_usage=e.format_usage())
     return e

@@ -10,14 +10,16 @@ from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_N
                                   VAR_RE, conf_bytes, install_config, parse_pod_cidrs, render,
                                   template_values, uninstall_config)
 from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, say
+from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
 from skb.tool.style import fail
 
 INSTALL_HELP = "install the suite into a CNI bin dir and write this node's network configuration"
 INSTALL_EPILOG = """\
 What it does, each step atomic (temporary file, then rename) and skipped when already done:
-  1. copies the suite (launchers + .skb bundle) from --from into --bin-dir;
-  2. fills the template with this node's pod CIDR and writes --conf-dir/--conf-name.
+  1. copies the suite (launchers + .skb bundle) from --from into --bin-dir, then removes the bundle dirs
+     no launcher names (an older release extracted there by tar leaves its own);
+  2. fills the template with this node's pod CIDR and MTU and writes --conf-dir/--conf-name.
 A rerun is a no-op; a run killed half-way leaves the old files in place and the next run completes.
 It refuses to overwrite another network's configuration, or to write ours where another network's file
 sorts first (the runtime would keep using that one), unless --force.
@@ -26,14 +28,20 @@ template variables (${NAME}):
   POD_CIDR     the first pod CIDR, e.g. 10.244.1.0/24
   POD_RANGES   host-local "ranges": [[{"subnet": "<cidr>"}], ...], one range set per CIDR (dual stack)
   POD_ROUTES   host-local "routes": a default route per family
+  MTU          --mtu, else the MTU of the interface of this node's default route (1500 without one)
   any NAME given with --set NAME=VALUE
 
-environment: SKB_POD_CIDR (as --pod-cidr), SKB_UNINSTALL_ON_STOP=true (as --uninstall-on-stop)
+pod CIDR sources, the first given wins: --pod-cidr, --pod-cidr-file, SKB_POD_CIDR, --pod-cidr-from-api
+(this node's spec.podCIDRs, read from the Kubernetes API with the pod's ServiceAccount: a pod's
+KUBERNETES_SERVICE_HOST/PORT, its token and ca.crt; the node is --node-name, default $NODE_NAME).
+
+environment: SKB_POD_CIDR (as --pod-cidr), SKB_MTU (as --mtu), NODE_NAME (as --node-name),
+SKB_UNINSTALL_ON_STOP=true (as --uninstall-on-stop)
 
 examples:
   skb install --pod-cidr 10.244.1.0/24
   skb install --from /opt/skb-cni/bin --bin-dir /host/opt/cni/bin --conf-dir /host/etc/cni/net.d \\
-      --pod-cidr-file /run/skb/pod-cidrs --wait
+      --pod-cidr-from-api --wait
   skb install --bin-dir /tmp/bin --no-config"""
 
 UNINSTALL_HELP = "remove this node's skb network configuration (and with --purge the suite)"
@@ -45,7 +53,8 @@ drained node. Another network's file at the same path is kept unless --force.
 
 examples:
   skb uninstall
-  skb uninstall --conf-dir /host/etc/cni/net.d --purge --bin-dir /host/opt/cni/bin"""
+  skb uninstall --conf-dir /host/etc/cni/net.d --purge --bin-dir /host/opt/cni/bin
+  skb uninstall --purge --keep-config      # before installing the Go plugins, which read the same config"""
 
 
 def default_source():
@@ -75,6 +84,16 @@ def add_parsers(sub, raw, parents):
                    help="this node's pod CIDR (repeat, or comma-separate, for dual stack; default: $SKB_POD_CIDR)")
     p.add_argument("--pod-cidr-file", metavar="FILE",
                    help="read the pod CIDRs from FILE, e.g. written by kubectl get node -o jsonpath={.spec.podCIDRs[*]}")
+    p.add_argument("--pod-cidr-from-api", action="store_true",
+                   help="read this node's pod CIDRs from the Kubernetes API (in a pod: its ServiceAccount)")
+    p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                   help="the node whose pod CIDRs to read (default: $NODE_NAME)")
+    p.add_argument("--service-account-dir", default=node.SA_DIR, metavar="DIR",
+                   help=f"the pod's ServiceAccount token and ca.crt (default: {node.SA_DIR})")
+    p.add_argument("--api-wait", type=float, default=300.0, metavar="SECONDS",
+                   help="how long to wait for the API, or for the node to get its pod CIDR (default: 300)")
+    p.add_argument("--mtu", default=os.environ.get("SKB_MTU", ""),
+                   help="the pods' MTU (default: $SKB_MTU, else the MTU of the default route's interface)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="another template variable")
     p.add_argument("--no-config", action="store_true", help="install the suite only")
     p.add_argument("--force", action="store_true", help="write our config even over or behind another network's")
@@ -95,6 +114,9 @@ def add_parsers(sub, raw, parents):
                    help=f"the name of our network in that file (default: {DEFAULT_NETWORK})")
     u.add_argument("--force", action="store_true", help="remove the file even if it holds another network")
     u.add_argument("--purge", action="store_true", help="remove the launchers and the bundle too")
+    u.add_argument("--keep-config", action="store_true",
+                   help="with --purge: remove the suite only (going back to the Go plugins, which read the "
+                        "same config)")
     u.add_argument("-q", "--quiet", action="store_true", help="print errors only")
     u.set_defaults(func=cmd_uninstall)
 
@@ -103,7 +125,23 @@ def _log(opts):
     return None if opts.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
-def _rendered_config(opts):
+def _mtu(opts, log):
+    """The MTU value of the template: --mtu, else the default route's interface's, else 1500."""
+    if str(opts.mtu).strip():
+        text = str(opts.mtu).strip()
+        if not text.isdigit() or not 68 <= int(text) <= 65535:
+            raise InstallError(f"--mtu {text!r}: expected a number from 68 to 65535, e.g. --mtu 1450")
+        return text
+    iface, mtu = node.default_route_mtu()
+    if mtu:
+        say(log, f"install: MTU {mtu}, from {iface} (the interface of this node's default route)")
+        return str(mtu)
+    say(log, f"install: MTU {node.DEFAULT_MTU}: " + (f"cannot read the MTU of {iface}" if iface else
+                                                      "this node has no default route") + " (--mtu to set it)")
+    return str(node.DEFAULT_MTU)
+
+
+def _rendered_config(opts, log=None):
     """The conflist dict this node gets, from the template and the pod CIDR sources."""
     if opts.template:
         try:
@@ -124,7 +162,11 @@ def _rendered_config(opts):
             raise InstallError(f"cannot read the pod CIDR file {opts.pod_cidr_file}: {e.strerror}") from None
     elif os.environ.get("SKB_POD_CIDR", "").strip():
         cidrs = parse_pod_cidrs(os.environ["SKB_POD_CIDR"], "SKB_POD_CIDR")
-    extra = {}
+    elif opts.pod_cidr_from_api:
+        text = node.node_pod_cidrs(opts.node_name, opts.service_account_dir, wait=opts.api_wait, log=log)
+        cidrs = parse_pod_cidrs(text, f"node {opts.node_name!r}'s spec.podCIDRs")
+        say(log, f"install: pod CIDRs of node {opts.node_name}: {' '.join(str(c) for c in cidrs)}")
+    extra = {"MTU": _mtu(opts, log)} if "${MTU}" in template else {}
     for item in opts.set:
         name, sep, value = item.partition("=")
         if not sep or not VAR_RE.fullmatch("${" + name + "}"):
@@ -153,7 +195,7 @@ def cmd_install(opts):
         signal.signal(signal.SIGTERM, lambda *_: stop.append(signal.SIGTERM))
         signal.signal(signal.SIGINT, lambda *_: stop.append(signal.SIGINT))
     try:
-        conf = None if opts.no_config else _rendered_config(opts)
+        conf = None if opts.no_config else _rendered_config(opts, log)
         _install_once(opts, source, conf, log)
         if not opts.wait:
             return 0
@@ -187,7 +229,8 @@ def _conf_current(opts, conf):
 def cmd_uninstall(opts):
     log = _log(opts)
     try:
-        uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
+        if not (opts.keep_config and opts.purge):
+            uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
         if opts.purge:
             uninstall_suite(opts.bin_dir, APPLETS, log=log)
         return 0

@@ -32,12 +32,14 @@ skb replay -n. A call made with W3C trace context (TRACEPARENT, TRACESTATE in th
 newer libcni passes them) shows trace=<traceparent>, to match it with the runtime's trace.
 
 --follow prints the last --lines records (default 10), then each new call as it is written, until
-interrupted; it keeps going when the file is truncated or rotated.
+interrupted; it keeps going when the file is truncated or rotated. --json prints each record as one JSON
+line, {"number": N, "record": {...}}, with --follow too.
 
 examples:
   skb log /var/log/skb-cni.jsonl
   skb log -v /tmp/capture.jsonl
-  skb log --follow /var/log/skb-cni.jsonl"""
+  skb log --follow /var/log/skb-cni.jsonl
+  skb log --json /var/log/skb-cni.jsonl | jq -c 'select(.record.exitCode != 0)'"""
 
 
 def _s(v):
@@ -88,6 +90,13 @@ def format_record(n, rec, style, verbose=False):
         if verbose and state:
             out.append(f"    tracestate: {state}")
     return out
+
+
+def record_lines(n, rec, style, opts):
+    """The lines printed for record ``n``: one JSON line with --json, else format_record's."""
+    if getattr(opts, "json", False):
+        return [json.dumps({"number": n, "record": rec}, ensure_ascii=False, separators=(",", ":"))]
+    return format_record(n, rec, style, opts.verbose)
 
 
 def _record(line):
@@ -210,7 +219,7 @@ def command(opts):
     if opts.lines is not None:
         recs = recs[-opts.lines:] if opts.lines > 0 else []
     for n, rec in recs:
-        for line in format_record(n, rec, style, opts.verbose):
+        for line in record_lines(n, rec, style, opts):
             print(line)
     return 0
 
@@ -240,7 +249,7 @@ def follow(path, opts, style, poll=POLL):
                 _warn(f"{path}: {why}, skipped")
                 continue
             count[0] += 1
-            _emit(format_record(count[0], rec, style, opts.verbose))
+            _emit(record_lines(count[0], rec, style, opts))
 
     try:
         while reader is None:
@@ -256,7 +265,7 @@ def follow(path, opts, style, poll=POLL):
         first = records(path, reader, _warn, final=False)
         count[0] = len(first)
         for num, rec in first[-shown:] if shown > 0 else []:
-            _emit(format_record(num, rec, style, opts.verbose))
+            _emit(record_lines(num, rec, style, opts))
         sys.stdout.flush()
         while True:
             show(reader.lines())
@@ -321,5 +330,6 @@ def add_parser(sub, formatter, parents=()):
     lg.add_argument("-f", "--follow", action="store_true", help="print new calls as they are written")
     lg.add_argument("-n", "--lines", type=int, metavar="N",
                     help="only the last N records (default: all; with --follow: 10)")
+    lg.add_argument("--json", action="store_true", help='one JSON line per record: {"number": N, "record": {...}}')
     lg.set_defaults(func=command)
     return lg

@@ -31,16 +31,6 @@ DEFAULT_CNI_PATH = "/opt/cni/bin"
 
 MAIN_HELP = "Run, diagnose and replay CNI on a node (from the skb-cni plugin suite)."
 MAIN_EPILOG = """\
-commands:
-  add|check|del|status|gc   run a network from the conf dir against a netns, as cnitool does
-  netns add|del|list        scratch network namespaces (like ip netns)
-  doctor                    find what is wrong with this node's CNI set-up
-  explain                   explain a CNI error message from kubelet, a runtime or a plugin
-  replay                    re-run a recorded plugin call and compare the outputs
-  log                       list the calls in a debug log or debug-plugin capture (--follow)
-  install|uninstall         put the suite and this node's network config in place (a DaemonSet runs it)
-  version                   the suite's version
-
 examples:
   skb netns add blue && skb add mynet blue && skb del mynet blue
   skb doctor
@@ -50,7 +40,8 @@ examples:
   skb replay /tmp/calls.jsonl -n -1
   skb install --pod-cidr 10.244.1.0/24
 
-Run 'skb COMMAND --help' for each command's options and examples."""
+Run 'skb COMMAND --help' for each command's options and examples. --json gives machine-readable output
+(doctor, replay, log, warm status, version)."""
 
 RUN_EPILOG = """\
 The network is looked up in the conf dir exactly as libcni does: .conflist files first, then .conf/.json,
@@ -62,7 +53,8 @@ environment (as cnitool):
   NETCONFPATH   conf dir (default /etc/cni/net.d)      CNI_PATH   plugin dirs, ':'-separated
   CNI_IFNAME    interface name (default eth0)          CNI_ARGS   K=V;K=V (strict: no empty key or value)
   CAP_ARGS      capability arguments as a JSON object, e.g. '{"portMappings":[...]}'
-Flags override the environment. NETNS is a path, or the name of a namespace in /run/netns.
+Flags override the environment. NETNS is a path (a relative one is taken from the current directory, as
+cnitool does), or a bare name: the namespace /run/netns/NAME, as ip netns names it.
 
 examples:
   skb netns add blue
@@ -102,8 +94,15 @@ examples:
 # ---------------------------------------------------------------------------------------------------
 # version
 
+def version_text():
+    return f"skb-cni {__version__}; CNI spec versions {', '.join(SUPPORTED_VERSIONS)}"
+
+
 def _cmd_version(opts):
-    print(f"skb-cni {__version__}; CNI spec versions {', '.join(SUPPORTED_VERSIONS)}")
+    if opts.json:
+        print(json.dumps({"version": __version__, "cniVersions": list(SUPPORTED_VERSIONS)}))
+    else:
+        print(version_text())
     return 0
 
 
@@ -111,10 +110,24 @@ def _cmd_version(opts):
 # the cnitool-compatible runner
 
 def netns_path(arg):
-    """A NETNS argument: a path as given, or a bare name of a namespace in /run/netns."""
-    if scratch_netns.valid_name(arg) and os.path.exists(scratch_netns.path_of(arg)):
+    """A NETNS argument: a path as given (made absolute from the current directory, as cnitool does), or a
+    bare name (no '/'), which names the namespace /run/netns/NAME as ip netns does."""
+    if "/" not in arg and scratch_netns.valid_name(arg):
         return scratch_netns.path_of(arg)
     return arg
+
+
+def missing_netns(arg):
+    """Why the NETNS argument of an ADD or CHECK names nothing (None when it exists). Said here rather
+    than by the plugin, which could only report an unknown container."""
+    path = netns_path(arg)
+    if os.path.lexists(path):
+        return None
+    if path != arg:
+        here = f"; ./{arg} exists here: give ./{arg} to use that file" if os.path.lexists(arg) else ""
+        return (f"no network namespace named {arg!r}: {path} does not exist (create it with skb netns add {arg} "
+                f"or ip netns add {arg}, or give a path){here}")
+    return None     # a path: passed on as cnitool passes it (the plugin says what it finds there)
 
 
 def split_path(s):
@@ -170,6 +183,9 @@ def _cmd_run(opts):
         cni, conf_dir = runner_from(opts)
         if verb in ("add", "check", "del") and not opts.netns:
             return fail(prog, "NETNS is required: a netns path such as /run/netns/blue (skb netns add blue)", opts)
+        missing = missing_netns(opts.netns) if verb in ("add", "check") else None
+        if missing:
+            return fail(prog, missing, opts)
         netconf = libcni.load_network(conf_dir, opts.network)
         rt = runtime_conf_from(opts)
         if verb == "add":
@@ -283,20 +299,17 @@ def _common_run_args(p, netns_required=True):
 
 
 def build_parser():
+    """The parser; its ``commands`` attribute maps each command to its subparser (for a usage message of
+    the command's own)."""
     raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="skb", description=MAIN_HELP, epilog=MAIN_EPILOG, formatter_class=raw)
     color_help = "colour the output (default: auto = only on a terminal, never with NO_COLOR set)"
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help=color_help)
+    p.add_argument("--version", action="version", version=version_text(), help="print the version and exit")
     common = argparse.ArgumentParser(add_help=False)   # --color after the subcommand works too
     common.add_argument("--color", choices=("auto", "always", "never"), default=argparse.SUPPRESS, help=color_help)
     parents = [common]
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-
-    v = sub.add_parser("version", parents=parents, help="print the suite's version and the CNI versions it speaks",
-                       epilog="example:\n  skb version", formatter_class=raw)
-    v.set_defaults(func=_cmd_version)
-
-    log.add_parser(sub, raw, parents)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", title="commands")
 
     for verb, text in (("add", "ADD the network's plugins to the netns and print the result"),
                        ("check", "CHECK the attachment against its cached result"),
@@ -327,9 +340,15 @@ def build_parser():
 
     doctor.add_parser(sub, raw, parents)
     explain.add_parser(sub, raw, parents)
+    log.add_parser(sub, raw, parents)
     replay.add_parser(sub, raw, parents)
-    install.add_parsers(sub, raw, parents)
     warm.add_parser(sub, raw, parents)
+    install.add_parsers(sub, raw, parents)
+    v = sub.add_parser("version", parents=parents, help="print the suite's version and the CNI versions it speaks",
+                       epilog="examples:\n  skb version\n  skb version --json\n  skb --version", formatter_class=raw)
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.set_defaults(func=_cmd_version)
+    p.commands = sub.choices
     return p
 
 
@@ -342,7 +361,10 @@ def main(argv):
         except (AttributeError, ValueError):
             pass
     parser = build_parser()
-    opts = parser.parse_args(argv)
+    opts, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse reports a subcommand's unknown flag with the top-level usage; show the command's own.
+        (parser.commands.get(opts.cmd) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(opts, "func", None):
         parser.print_help()
         return 2

@@ -15,6 +15,11 @@ scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prev
 in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
 run: the side-by-side view shows which lines differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
 
+A replay records nothing: the files where the call would append its own record (``skbDebugLog``, the
+debug plugin's ``captureFile`` and ``cniOutput`` in its stdin, ``SKB_DEBUG_LOG``), the record file being
+replayed among them, are swapped for files in a temporary directory, removed afterwards. A log then
+holds only the runtime's calls, and replaying it twice replays the same record.
+
 Exit status: 0 when exit code and output match the record (JSON compared parsed), 1 when they differ,
 2 when the call could not be replayed.
 """
@@ -22,6 +27,7 @@ import json
 import os
 import sys
 import shutil
+import tempfile
 
 from skb.tool import libcni
 from skb.tool.libcni import rawexec
@@ -37,6 +43,8 @@ _TEXT_FIELDS = {"ContainerID": "CNI_CONTAINERID", "Netns": "CNI_NETNS", "IfName"
                 "Args": "CNI_ARGS", "Path": "CNI_PATH"}
 _SEPARATOR = "----------------------"
 _USES_NETNS = ("ADD", "CHECK", "DEL")
+# Keys of a plugin's stdin that name a file the call appends its own record to.
+_RECORD_KEYS = ("skbDebugLog", "captureFile", "cniOutput")
 
 
 class ReplayError(Exception):
@@ -239,6 +247,31 @@ def _swap(text, old, new):
                                                                   json.dumps(new, ensure_ascii=False))
 
 
+def divert_records(stdin, env, tmpdir):
+    """(stdin, keys): every file the replayed call would append its record to points into ``tmpdir``
+    instead (``env`` is changed in place). The rest of stdin keeps its bytes."""
+    keys = []
+    if env.get("SKB_DEBUG_LOG"):
+        env["SKB_DEBUG_LOG"] = os.path.join(tmpdir, "SKB_DEBUG_LOG")
+        keys.append("SKB_DEBUG_LOG")
+    conf = _jsonish(stdin)
+    if not isinstance(conf, dict):
+        return stdin, keys
+    for key in _RECORD_KEYS:
+        value = conf.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        new = os.path.join(tmpdir, key)
+        stdin = _swap(stdin, value, new)
+        again = _jsonish(stdin)
+        if not isinstance(again, dict) or again.get(key) != new:   # written with other escapes: re-encode
+            conf[key] = new
+            stdin = json.dumps(conf)
+        conf = _jsonish(stdin)
+        keys.append(key)
+    return stdin, keys
+
+
 def replay(rec, plugin, opts):
     """Run the call; returns a dict describing both outcomes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
@@ -268,6 +301,10 @@ def replay(rec, plugin, opts):
         stdin = _swap(stdin, old_ns, scratch)
         note = (f"recorded netns {old_ns or '(none)'} " + ("replaced on request" if opts.scratch else "is gone")
                 + f": ran in scratch netns {scratch}")
+    tmpdir = tempfile.mkdtemp(prefix="skb-replay-")
+    stdin, diverted = divert_records(stdin, env, tmpdir)
+    log_note = (f"the call's own record ({', '.join(diverted)}) went to a temporary file, removed since: "
+                "a replay appends to no log" if diverted else "")
     try:
         try:
             code, stdout, stderr = rawexec.spawn(plugin, [plugin], env, stdin.encode("utf-8", "surrogatepass"),
@@ -280,6 +317,7 @@ def replay(rec, plugin, opts):
         except OSError as e:
             raise ReplayError(f"cannot run {plugin}: {e.strerror}") from None
     finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
         if scratch and not opts.keep_netns:
             try:
                 scratch_netns.delete(os.path.basename(scratch), opts.netns_dir)
@@ -298,7 +336,8 @@ def replay(rec, plugin, opts):
             recorded["stdout"].strip() == out["stdout"].strip()
         same = recorded["exitCode"] == out["exitCode"] and same_out
     return {"command": command, "plugin": plugin, "env": {k: v for k, v in env.items() if k.startswith("CNI_")},
-            "netnsNote": note, "pathNote": path_note, "keptNetns": scratch if scratch and opts.keep_netns else "",
+            "netnsNote": note, "pathNote": path_note, "logNote": log_note,
+            "keptNetns": scratch if scratch and opts.keep_netns else "",
             "recorded": recorded, "replayed": out, "same": same}
 
 
@@ -308,7 +347,7 @@ def show(number, rec, outcome, style, width, out):
                      f" at {rec.get('time', '?')}") + f", replayed with {outcome['plugin']}", file=out)
     print(f"  container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
           f"netns={env.get('CNI_NETNS', '')} args={env.get('CNI_ARGS', '')}", file=out)
-    for key in ("netnsNote", "pathNote"):
+    for key in ("netnsNote", "pathNote", "logNote"):
         if outcome[key]:
             print(f"  {style.yellow(outcome[key])}", file=out)
     rec_out, new = outcome["recorded"], outcome["replayed"]

@@ -100,3 +100,65 @@ def test_invalid_config_both_fail(bin_dir, tmp_path, ipam, code):
     ours = call(os.path.join(bin_dir, "host-local"), tmp_path, "ADD", "c", ipam)
     go = call(GO, tmp_path, "ADD", "c", ipam)
     assert ours.rc == go.rc == 1 and ours.json["code"] == code
+
+
+def _toggle_script(who, pool, rounds):
+    """(plugin, command, cid) steps: each step ADDs the next attachment of the pool, or DELs it when it is
+    held; ``who`` gives the plugin of each step."""
+    held, steps = set(), []
+    for i in range(rounds):
+        cid = pool[i % len(pool)]
+        steps.append((who(i), "DEL" if cid in held else "ADD", cid))
+        held ^= {cid}
+    return steps
+
+
+def _run_script(bin_dir, data, ipam, steps, go_only=False):
+    ours = os.path.join(bin_dir, "host-local")
+    seq = []
+    for who, command, cid in steps:
+        r = call(GO if go_only or who == "go" else ours, data, command, cid, ipam)
+        assert r.rc == 0, (who, command, cid, r.json)
+        if command == "ADD":
+            seq.append(addrs(r))
+    return seq, tree(data / "net1")
+
+
+def test_go_between_our_calls_across_a_journal_fold(bin_dir, tmp_path):
+    """One dataDir: runs of our calls long enough to fold our index's journal (ids of 200 characters),
+    with Go's calls between them, each plugin ADDing and DELeting attachments the other made. The
+    addresses and the files are exactly those of Go alone running the same script: after each of Go's
+    calls our next call saw what Go changed (a journal that missed it would leak a DEL or double an
+    address)."""
+    from skb_plugins.hostlocal_ipam import index
+    ipam = {"ranges": [[{"subnet": "10.1.0.0/25"}]]}
+    pool = [f"c{i:02d}-" + "x" * 200 for i in range(23)]
+    ours_first = index.FOLD_AT // 200     # records of our calls: more than FOLD_AT bytes before Go's first
+
+    def who(i):
+        return "ours" if i < ours_first or (i - ours_first) % 14 >= 4 else "go"
+    from tests.unit.test_hostlocal_index import parsed
+    steps = _toggle_script(who, pool, ours_first + 14 * 6)
+    first, _ = _run_script(bin_dir, tmp_path / "mixed", ipam, steps[:ours_first])
+    base, journal, _ = parsed(str(tmp_path / "mixed" / "net1"))
+    assert len(base) > 1 and 0 < len([x for x in journal if x[:1] == b"="]) < ours_first - 2   # folded
+    rest, mixed = _run_script(bin_dir, tmp_path / "mixed", ipam, steps[ours_first:])
+    assert (first + rest, mixed) == _run_script(bin_dir, tmp_path / "go", ipam, steps, go_only=True)
+
+
+def test_our_journal_notices_go_deleting_and_readding(bin_dir, tmp_path):
+    """Our ADD is in our journal; Go DELs it and ADDs the same attachment again (another address): our
+    ADD returns Go's address (not a second one), our DEL removes Go's file, and Go agrees afterwards."""
+    ours = os.path.join(bin_dir, "host-local")
+    ipam = CONFIGS["v4"]
+    assert addrs(call(ours, tmp_path, "ADD", "a", ipam)) == ["10.1.0.2/29"]
+    assert addrs(call(ours, tmp_path, "ADD", "b", ipam)) == ["10.1.0.3/29"]
+    assert call(GO, tmp_path, "DEL", "a", ipam).rc == 0
+    assert addrs(call(GO, tmp_path, "ADD", "a", ipam)) == ["10.1.0.4/29"]
+    assert addrs(call(ours, tmp_path, "ADD", "a", ipam)) == ["10.1.0.4/29"]
+    assert call(ours, tmp_path, "DEL", "a", ipam).rc == 0
+    assert sorted(n for n in tree(tmp_path / "net1") if n[0].isdigit()) == ["10.1.0.3"]
+    assert call(GO, tmp_path, "CHECK", "a", ipam, version="0.4.0").rc == 1
+    assert call(GO, tmp_path, "DEL", "b", ipam).rc == 0
+    assert call(ours, tmp_path, "CHECK", "b", ipam, version="0.4.0").rc == 1
+    assert addrs(call(ours, tmp_path, "ADD", "c", ipam)) == ["10.1.0.5/29"]   # round robin after Go's .4

@@ -308,9 +308,13 @@ def test_crio_default_network_by_name(skb, setup, tmp_path):
 
 
 def test_unparseable_runtime_config(skb, setup):
+    """containerd does not start with it: an error, and the only one (no other directories are guessed at)."""
     setup.write("10-lo.conflist", lo_conflist())
     setup.containerd = str(setup.write("config.toml", "version = = 2\n", setup.tmp))
-    assert find(doctor(skb, setup), "runtime-config-invalid")[0]["severity"] == "warning"
+    assert find(doctor(skb, setup), "runtime-config-invalid")[0]["severity"] == "error"
+    out = doctor(skb, setup, dirs=False)
+    assert [f["code"] for f in out["problems"]] == ["runtime-config-invalid"] and out["checked"] == []
+    assert "containerd does not start with it" in out["problems"][0]["evidence"] and out["rc"] == 1
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -502,8 +506,12 @@ def test_probe_add_failure_and_cri_args(skb, setup):
 
 
 def test_probe_without_a_loadable_network(skb, setup):
+    """The conf dir's finding says why; the probe adds a note, not a second error for the same cause."""
     setup.write("10-pods.conflist", "{")
-    assert find(doctor(skb, setup, "--probe"), "probe-failed")[0]["what"] == "no pod network to probe"
+    out = doctor(skb, setup, "--probe")
+    f = find(out, "probe-skipped")[0]
+    assert f["severity"] == "note" and f["what"] == "the probe did not run: no pod network to probe"
+    assert "probe-failed" not in codes(out) and "invalid-json" in codes(out, "error")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -6,20 +6,10 @@ import subprocess
 
 import pytest
 
-from tests.integration.test_doctor import Setup, lo_conflist
+from tests.integration.test_doctor import lo_conflist, setup, skb  # noqa: F401 (fixtures)
 
 MISSING = 'Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox ' \
           '"5d3c": plugin type="nosuch" failed (add): failed to find plugin "nosuch" in path [/opt/cni/bin]'
-
-
-@pytest.fixture
-def skb(bin_dir):
-    return os.path.join(bin_dir, "skb")
-
-
-@pytest.fixture
-def setup(tmp_path, bin_dir):
-    return Setup(tmp_path, bin_dir)
 
 
 def explain(skb, setup, *args, input=None, env=None, timeout=120):
@@ -34,9 +24,11 @@ def test_explains_layers_and_runs_the_checks_that_apply(skb, setup):
     p = explain(skb, setup, MISSING)
     lines = p.stdout.splitlines()
     assert p.returncode == 1
-    assert lines[0].startswith("skb explain: the runtime's ADD for a pod sandbox failed; sandbox: 5d3c.")
-    assert any(line.startswith("  wrapped: a plugin of the chain failed; plugin: nosuch, verb: add.") for line in lines)
-    assert any("a plugin executable is not in the runtime's plugin dirs" in line for line in lines)
+    assert lines[0] == "skb explain: the runtime's ADD for a new pod sandbox failed."
+    assert "  wrapped: plugin nosuch failed during add." in lines
+    assert '  wrapped: the plugin "nosuch" is in none of the directories [/opt/cni/bin].' in lines
+    assert "    fix: install nosuch into one of [/opt/cni/bin], or add the directory that has it to the runtime's " \
+           "plugin dirs" in lines
     assert any(line.startswith("error   plugin-missing:") for line in lines)
     assert not any(" default-network:" in line for line in lines if line.startswith("error"))
 
@@ -70,7 +62,7 @@ def test_message_from_stdin_and_from_a_file(skb, setup, tmp_path):
     f = tmp_path / "msg"
     f.write_bytes(b"\xff\xfe no IP addresses available in range set: 10.0.0.1-10.0.0.9 \xc3")
     p = explain(skb, setup, "--from-file", str(f))
-    assert p.returncode == 0 and "the address range is exhausted" in p.stdout
+    assert p.returncode == 0 and "host-local: every address of 10.0.0.1-10.0.0.9 is reserved" in p.stdout
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero", "dir"])
@@ -111,7 +103,7 @@ def test_journal_with_a_fake_journalctl(skb, setup, tmp_path):
     p = explain(skb, setup, "--journal", env=env)
     assert p.returncode == 0, p.stdout
     assert "2 kinds of CNI error in journalctl -u containerd -u crio -u kubelet" in p.stdout
-    assert "(3 times)" in p.stdout and "host-local could not allocate from a range set" in p.stdout
+    assert "(3 times)" in p.stdout and "host-local could not allocate from range set 0" in p.stdout
     args = (tmp_path / "fakebin" / "args").read_text()
     assert "-u containerd" in args and "-u kubelet" in args and "--since" in args and "-n" in args
 
@@ -141,7 +133,9 @@ def test_json_output(skb, setup):
     body = json.loads(p.stdout)
     assert [f["code"] for f in body["problems"]] == ["plugin-missing"]
     assert [e["pattern"] for e in body["explained"]] == ["plugin-not-found"]
-    assert body["explained"][0]["matched"] == {"plugin": "nosuch", "path": "/x"}
+    assert body["explained"][0]["matched"] == {"plugin": "nosuch", "dirs": "/x"}
+    assert body["explained"][0]["family"] == "libcni" and body["explained"][0]["fix"].startswith("install nosuch")
+    assert body["explained"][0]["shape"] == 'failed to find plugin "<plugin>" in path [<dirs>]'
 
 
 def test_non_utf8_message_argument(skb, setup):
@@ -149,4 +143,32 @@ def test_non_utf8_message_argument(skb, setup):
     p = subprocess.run([skb.encode(), b"explain", b'failed to find plugin "p\xff" in path [/x]',
                         *[a.encode() for a in setup.args()]], capture_output=True, timeout=60)
     assert p.returncode == 0 and b"Traceback" not in p.stderr
-    assert b"plugin: p\\xff" in p.stdout or b"plugin: p\\udcff" in p.stdout
+    assert b'the plugin "p\\xff"' in p.stdout or b'the plugin "p\\udcff"' in p.stdout
+
+
+@pytest.mark.parametrize("args, stdin", [([""], None), (["  ", "\t"], None), (["-"], "\n \t\n"), ([], "")])
+def test_an_empty_message_is_a_usage_error(skb, setup, args, stdin):
+    """Nothing to explain: the subcommand's usage and exit status 2, nothing on stdout, no doctor run."""
+    p = explain(skb, setup, *args, input=stdin)
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.startswith("usage: skb explain") and "skb explain: error: the message is empty" in p.stderr
+    empty = setup.tmp / "empty"
+    empty.write_text("  \n")
+    p = explain(skb, setup, "--from-file", str(empty))
+    assert p.returncode == 2 and "the message is empty" in p.stderr
+
+
+def test_an_add_on_behind_the_wrapper_is_named_with_its_values(skb, setup):
+    """The plugin behind containerd's and libcni's wrappers: what it depends on, where to look."""
+    setup.write("10-lo.conflist", lo_conflist())
+    p = explain(skb, setup, 'failed to setup network for sandbox "3c05": plugin type="flannel" failed (add): '
+                            "loadFlannelSubnetEnv failed: open /run/flannel/subnet.env: no such file or directory")
+    assert "  wrapped: flannel: /run/flannel/subnet.env is missing, so flanneld is not running on this node (or " \
+           "not yet)." in p.stdout.splitlines()
+    assert "kubectl -n kube-flannel get pods" in p.stdout and "ls -l /run/flannel/subnet.env" in p.stdout
+    p = explain(skb, setup, "--json", 'plugin type="bridge" failed (add): incompatible CNI versions; config is '
+                                      '"1.1.0", plugin supports ["0.1.0" "0.2.0" "0.3.0" "0.3.1" "0.4.0" "1.0.0"]')
+    versions = json.loads(p.stdout)["explained"][1]
+    assert versions["title"] == "bridge does not speak cniVersion 1.1.0"
+    assert versions["fix"] == ('set "cniVersion": "1.0.0" in the network configuration (the newest bridge speaks), or '
+                               "upgrade bridge to a release that speaks 1.1.0")

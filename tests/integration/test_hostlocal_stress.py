@@ -136,3 +136,51 @@ def test_go_and_ours_at_once_on_one_store(bin_dir, tmp_path):
         rc, out = finish(start(ours, "ADD", f"m{i}", stdin))
         assert rc == 0
     assert len(reservations(tmp_path / "stress")) == 30
+
+
+def test_concurrent_add_del_across_journal_folds(bin_dir, tmp_path):
+    """Four workers ADD and DEL their own attachments at once, long enough (ids of 200 characters) for
+    the index's journal to be folded several times meanwhile: no address is ever held twice, and at the
+    end the index (parsed from its bytes) agrees with the reservation files, in one index file."""
+    import threading
+
+    from tests.unit.test_hostlocal_index import disk, index_files, parsed
+    exe = os.path.join(bin_dir, "host-local")
+    stdin = conf(tmp_path)
+    held, clashes, failures = {}, [], []
+    guard = threading.Lock()
+
+    def worker(w):
+        for _ in range(14):    # three attachments held at once, then released
+            mine = []
+            for j in range(3):
+                cid = f"w{w}-{j}-" + "x" * 200
+                rc, out = finish(start(exe, "ADD", cid, stdin))
+                if rc != 0:
+                    failures.append(out)
+                    return
+                addr = out["ips"][0]["address"]
+                with guard:
+                    if addr in held:
+                        clashes.append((addr, held[addr], cid))
+                    held[addr] = cid
+                mine.append((addr, cid))
+            for addr, cid in mine:
+                with guard:
+                    del held[addr]
+                rc, out = finish(start(exe, "DEL", cid, stdin))
+                if rc != 0:
+                    failures.append(out)
+                    return
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == [] and clashes == []
+    d = str(tmp_path / "stress")
+    assert disk(d) == {} and parsed(d)[2] == {} and len(index_files(d)) == 1
+    for w in range(4):
+        assert finish(start(exe, "ADD", f"again{w}", stdin))[0] == 0
+    assert parsed(d)[2] == disk(d) and len(disk(d)) == 4

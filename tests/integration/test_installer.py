@@ -17,15 +17,16 @@ import pytest
 
 from skb.install import conflist
 from skb.install import files
+from tests.fake_kube_api import FakeAPI
 from tests.helpers import cni_env, run_plugin
 
 APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")
 CONF = "10-skb.conflist"
 
 
-def make_suite(path, version, size=2 << 20, parts=4):
+def make_suite(path, version, size=2 << 20, parts=4, applets=APPLETS):
     """A staged bin dir: .skb-<version>-<hash>/ (random files + MANIFEST), the .skb link, and launchers
-    whose bytes differ per version."""
+    whose bytes differ per version, each naming its bundle as build/bundle.py stage writes it."""
     rng = random.Random(version)
     work = os.path.join(path, ".work")
     os.makedirs(os.path.join(work, "_internal"))
@@ -42,11 +43,20 @@ def make_suite(path, version, size=2 << 20, parts=4):
     name = f".skb-{version}-{hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:12]}"
     os.rename(work, os.path.join(path, name))
     os.symlink(name, os.path.join(path, ".skb"))
-    for applet in APPLETS:
+    for applet in applets:
+        slot = name.encode() + bytes(files.BUNDLE_SLOT + 1 - len(name))
         with open(os.path.join(path, applet), "wb") as f:
-            f.write(b"\x7fELF " + files.LAUNCHER_MARK + f" {applet} {version} ".encode() + b"x" * 20000)
+            f.write(b"\x7fELF " + files.LAUNCHER_MARK + f" {applet} {version} ".encode() + b"x" * 20000
+                    + files.BUNDLE_MARK + slot)
         os.chmod(os.path.join(path, applet), 0o755)
     return path
+
+
+def tar_over(suite, bin_dir):
+    """What extracting a release tarball over an install leaves: the suite's files copied in, nothing
+    removed (GNU tar removes no file the archive does not hold)."""
+    os.makedirs(bin_dir, exist_ok=True)
+    subprocess.run(f"tar -C {suite} -cf - . | tar -C {bin_dir} -xf -", shell=True, check=True)
 
 
 @pytest.fixture
@@ -66,7 +76,7 @@ def node(tmp_path):
 
 
 def run(skb, *args, env=None, timeout=60):
-    e = {"PATH": os.environ["PATH"]}
+    e = {"PATH": os.environ["PATH"], "SKB_MTU": "1500"}   # the MTU tests below read it from a netns
     e.update(env or {})
     return subprocess.run([skb, *args], env=e, capture_output=True, text=True, timeout=timeout)
 
@@ -77,9 +87,9 @@ def install(skb, node, suite, *extra, env=None, cidr="10.244.1.0/24"):
     return run(skb, *args, env=env)
 
 
-def rendered(cidr):
+def rendered(cidr, mtu="1500"):
     return conflist.conf_bytes(conflist.render(conflist.DEFAULT_TEMPLATE, conflist.template_values(
-        conflist.parse_pod_cidrs(cidr))))
+        conflist.parse_pod_cidrs(cidr), {"MTU": mtu})))
 
 
 def read(path, mode="rb"):
@@ -155,6 +165,31 @@ def test_upgrade_switches_bundle_and_launchers_and_keeps_only_the_previous(skb, 
     assert install(skb, node, node.v1).returncode == 0          # the next upgrade: v2 is now the previous
     assert install(skb, node, node.v2, cidr="10.244.2.0/24").returncode == 0
     assert_installed(node, node.v2, previous=node.v1)
+
+
+def test_install_removes_the_bundles_no_launcher_names(skb, node, tmp_path):
+    """Releases extracted by tar one over the other leave every bundle behind; skb install removes those
+    no launcher names (keeping the one .skb named until now for one more round), and keeps one that a
+    launcher still names (here the applet "old-applet", which the newer releases no longer have)."""
+    v3 = make_suite(str(tmp_path / "suite3"), "0.3.0")
+    old = make_suite(str(tmp_path / "suite0"), "0.0.9", applets=("old-applet",))
+    names = {s: os.readlink(os.path.join(s, ".skb")) for s in (old, node.v1, node.v2, v3)}
+    for suite in (old, node.v1, node.v2):
+        tar_over(suite, node.bin)
+    assert sorted(e for e in os.listdir(node.bin) if files.BUNDLE_RE.match(e)) == sorted(
+        names[s] for s in (old, node.v1, node.v2))
+    assert files.launcher_bundle(os.path.join(node.bin, "ptp")) == names[node.v2]
+    assert files.launcher_bundle(os.path.join(node.bin, "old-applet")) == names[old]
+
+    r = install(skb, node, v3)
+    assert r.returncode == 0, r.stderr
+    kept = sorted(e for e in os.listdir(node.bin) if files.BUNDLE_RE.match(e))
+    assert kept == sorted([names[v3], names[node.v2], names[old]])   # v1: nothing names it any more
+    assert f"removed {os.path.join(node.bin, names[node.v1])} (no launcher uses it)" in r.stderr
+    os.unlink(os.path.join(node.bin, "old-applet"))
+    r = install(skb, node, v3)
+    assert sorted(e for e in os.listdir(node.bin) if files.BUNDLE_RE.match(e)) == [names[v3]]
+    assert_installed(node, v3)
 
 
 def test_install_repairs_an_altered_bundle_and_a_truncated_launcher(skb, node):
@@ -386,3 +421,110 @@ def test_frozen_suite_installs_itself(tmp_path):
     r = run(os.path.join(dest, "skb"), "uninstall", "--conf-dir", conf, "--purge", "--bin-dir", dest)
     assert r.returncode == 0, r.stderr
     assert os.listdir(dest) == [] and os.listdir(conf) == []
+
+
+# ------------------------------------------------------------------------------------ what the node tells
+
+@pytest.mark.kernel
+def test_mtu_is_the_default_route_interfaces_unless_given(skb, node, make_netns):
+    """In a netns standing for the node: an uplink of MTU 1380 (a veth pair, both ends in that netns) carries
+    the default route, and a second default of a higher metric, MTU 9000, must not win; the conflist gets
+    1380. --mtu and SKB_MTU override it; a netns without a default route gets 1500."""
+    ns = make_netns("mtu")
+    for cmd in (["link", "add", "up0", "mtu", "1380", "type", "veth", "peer", "name", "up0p", "mtu", "1380"],
+                ["link", "set", "up0", "up"], ["link", "set", "up0p", "up"],
+                ["addr", "add", "192.0.2.10/24", "dev", "up0"], ["route", "add", "default", "via", "192.0.2.1"],
+                ["link", "add", "up1", "mtu", "9000", "type", "veth", "peer", "name", "up1p", "mtu", "9000"],
+                ["link", "set", "up1", "up"], ["link", "set", "up1p", "up"],
+                ["addr", "add", "198.51.100.10/24", "dev", "up1"],
+                ["route", "add", "default", "via", "198.51.100.1", "metric", "500"]):
+        subprocess.run(["ip", "-n", ns, *cmd], check=True)
+    mtus = {link["ifname"]: link["mtu"] for link in json.loads(subprocess.run(
+        ["ip", "-n", ns, "-j", "link", "show"], check=True, capture_output=True, text=True).stdout)}
+    assert mtus["up0"] == 1380
+
+    def installed_mtu(*extra, env=None, netns=ns):
+        e = {"PATH": os.environ["PATH"], **(env or {})}
+        cmd = ["install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf, "--pod-cidr",
+               "10.244.1.0/24", *extra]
+        p = subprocess.run((["ip", "netns", "exec", netns] if netns else []) + [skb, *cmd], env=e,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return json.loads(read(os.path.join(node.conf, CONF)))["plugins"][0]["mtu"], p.stderr
+
+    mtu, log = installed_mtu()
+    assert mtu == 1380 and "MTU 1380, from up0" in log
+    assert installed_mtu("--mtu", "1450")[0] == 1450
+    assert installed_mtu(env={"SKB_MTU": "1400"})[0] == 1400
+    bare = make_netns("nomtu")
+    mtu, log = installed_mtu(netns=bare)
+    assert mtu == 1500 and "no default route" in log
+    p = run(skb, "install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf, "--pod-cidr",
+            "10.244.1.0/24", "--mtu", "big")
+    assert p.returncode == 1 and "--mtu 'big': expected a number" in p.stderr
+
+
+@pytest.fixture
+def api(tmp_path):
+    if not os.environ.get("SKB_SANDBOX"):
+        pytest.skip("the fake API server listens only inside the sandbox (make test)")
+    a = FakeAPI(str(tmp_path))
+    yield a
+    a.close()
+
+
+@pytest.mark.kernel
+def test_pod_cidrs_from_the_kubernetes_api(skb, node, api):
+    """What the DaemonSet does without kubectl: GET its Node with the ServiceAccount's token over TLS checked
+    against the ServiceAccount's CA, and install the node's spec.podCIDRs (dual stack)."""
+    api.nodes["node-1"] = {"podCIDR": "10.244.7.0/24", "podCIDRs": ["10.244.7.0/24", "fd00:244:7::/64"]}
+    flags = ["--pod-cidr-from-api", "--service-account-dir", api.sa]
+    r = install(skb, node, node.v1, *flags, cidr=None, env={**api.env, "NODE_NAME": "node-1"})
+    assert r.returncode == 0, r.stderr
+    ranges = json.loads(read(os.path.join(node.conf, CONF)))["plugins"][0]["ipam"]["ranges"]
+    assert ranges == [[{"subnet": "10.244.7.0/24"}], [{"subnet": "fd00:244:7::/64"}]]
+    assert api.requests == [("/api/v1/nodes/node-1", "Bearer t0ken")]
+
+    # A node whose CIDR is not allocated yet: asked again until it is.
+    api.nodes["node-2"] = [{}, {"podCIDRs": []}, {"podCIDR": "10.244.9.0/24"}]
+    r = install(skb, node, node.v1, *flags, "--node-name", "node-2", cidr=None, env=api.env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("has no spec.podCIDRs yet") == 2 and "asking again" in r.stderr
+    assert "10.244.9.0/24" in read(os.path.join(node.conf, CONF), "r")
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("case, words", [
+    ("forbidden", ["HTTP 403", "needs get on nodes", "ClusterRole"]),
+    ("no-such-node", ["has no node 'node-x'", "spec.nodeName"]),
+    ("wrong-ca", ["does not verify against"]),
+    ("no-token", ["cannot read the ServiceAccount's token"]),
+    ("no-node-name", ["no node name", "NODE_NAME"]),
+    ("not-in-a-pod", ["KUBERNETES_SERVICE_HOST is not set"]),
+    ("never-allocated", ["has no spec.podCIDRs yet", "--allocate-node-cidrs"]),
+])
+def test_pod_cidrs_from_the_api_failures_are_named(skb, node, api, tmp_path, case, words):
+    api.nodes["node-1"] = {}
+    env, flags = {**api.env, "NODE_NAME": "node-1"}, ["--pod-cidr-from-api", "--service-account-dir", api.sa,
+                                                       "--api-wait", "0"]
+    if case == "forbidden":
+        api.status = 403
+    elif case == "no-such-node":
+        env["NODE_NAME"] = "node-x"
+    elif case == "wrong-ca":
+        other = tmp_path / "other.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k"),
+                        "-out", str(other), "-days", "2", "-subj", "/CN=other"], check=True, capture_output=True)
+        with open(os.path.join(api.sa, "ca.crt"), "wb") as f:
+            f.write(other.read_bytes())
+    elif case == "no-token":
+        os.unlink(os.path.join(api.sa, "token"))
+    elif case == "no-node-name":
+        env["NODE_NAME"] = ""
+    elif case == "not-in-a-pod":
+        env = {"NODE_NAME": "node-1"}
+    r = install(skb, node, node.v1, *flags, cidr=None, env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(node.conf, CONF))

@@ -3,14 +3,17 @@ help and colour. The debug plugin stands in for a network where no kernel is nee
 import base64
 import json
 import os
+import re
 import subprocess
+import tempfile
 
 import pytest
 
 from skb.tool import libcni
 from tests.helpers import cni_env, ip_json, link_flags, run_plugin
 
-SUBCOMMANDS = ["version", "log", "add", "check", "del", "status", "gc", "netns", "doctor", "replay"]
+SUBCOMMANDS = ["version", "log", "add", "check", "del", "status", "gc", "netns", "doctor", "replay", "warm",
+               "install", "uninstall", "explain"]
 
 
 @pytest.fixture
@@ -95,9 +98,53 @@ def test_colour_only_on_request_or_a_terminal(skb, node):
     assert "\033[3" not in no_color.stdout
 
 
+def test_help_lists_each_command_once_with_warm(skb):
+    out = run(skb, "--help").stdout
+    section = out.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^    (\S+)", section, re.M)      # wrapped help text is indented deeper
+    assert sorted(listed) == sorted(SUBCOMMANDS), listed
+    assert len(listed) == len(set(listed))
+    for sub in SUBCOMMANDS:
+        assert out.count(f"\n    {sub} ") == 1, sub
+
+
+@pytest.mark.parametrize("sub", ["log", "doctor", "replay", "add", "version", "warm", "install", "netns"])
+def test_a_bad_flag_prints_the_commands_own_usage(skb, sub):
+    p = run(skb, sub, "--no-such-flag", *(["x"] if sub in ("log", "replay") else []),
+            *(["n", "ns"] if sub == "add" else []), *(["status"] if sub == "warm" else []),
+            *(["list"] if sub == "netns" else []))
+    assert p.returncode == 2, p
+    assert p.stderr.startswith(f"usage: skb {sub} "), p.stderr
+    assert f"skb {sub}: error: unrecognized arguments: --no-such-flag" in p.stderr
+
+
 def test_version(skb):
     p = run(skb, "version")
     assert p.returncode == 0 and "1.1.0" in p.stdout
+    assert run(skb, "--version").stdout == p.stdout
+    p = run(skb, "version", "--json")
+    out = json.loads(p.stdout)
+    assert p.returncode == 0 and out["cniVersions"][-1] == "1.1.0"
+    from skb import __version__
+    assert out["version"] == __version__ and __version__ in run(skb, "--version").stdout
+
+
+def test_a_bare_netns_name_is_looked_up_in_run_netns(skb, node, tmp_path):
+    """As ip netns names them: never a file of that name in the current directory; a missing one is
+    named, with how to make it, before any plugin runs. DEL still runs (a gone netns is what it cleans)."""
+    node.write("10-dbg.conflist", {"cniVersion": "1.0.0", "name": "dbg", "plugins": [node.dbg()]})
+    name = "skbt-missing-" + os.urandom(4).hex()
+    (tmp_path / name).write_text("")                       # a file of that name here: not a netns
+    p = subprocess.run([skb, "add", "dbg", name, *node.flags()], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"]}, timeout=60)
+    assert p.returncode == 1 and node.calls() == []
+    assert f"no network namespace named '{name}': /run/netns/{name} does not exist" in p.stderr
+    assert f"skb netns add {name}" in p.stderr and f"give ./{name}" in p.stderr
+    assert "container" not in p.stderr
+    p = subprocess.run([skb, "del", "dbg", name, *node.flags()], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"]}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert node.calls()[0]["env"]["CNI_NETNS"] == f"/run/netns/{name}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -241,6 +288,28 @@ def test_log_numbers_records(skb, node):
     assert p.returncode == 0 and p.stdout.startswith("#1 ? ? ADD container=") and "#2 " in p.stdout
 
 
+def test_log_json_is_one_line_per_record(skb, node):
+    node.write("10-dbg.conflist", {"cniVersion": "1.0.0", "name": "dbg", "plugins": [node.dbg()]})
+    run(skb, "add", "dbg", "/x", *node.flags())
+    run(skb, "del", "dbg", "/x", *node.flags())
+    p = run(skb, "log", "--json", str(node.capture))
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    assert p.returncode == 0 and [r["number"] for r in lines] == [1, 2]
+    assert [r["record"] for r in lines] == node.calls()
+    assert json.loads(run(skb, "log", "--json", "-n", "1", str(node.capture)).stdout)["number"] == 2
+    follow = subprocess.Popen([skb, "log", "--json", "--follow", str(node.capture)], stdout=subprocess.PIPE,
+                              text=True, env={"PATH": os.environ["PATH"]})
+    try:
+        assert json.loads(follow.stdout.readline())["number"] == 1
+        assert json.loads(follow.stdout.readline())["record"]["command"] == "DEL"
+        run(skb, "add", "dbg", "/y", *node.flags())
+        new = json.loads(follow.stdout.readline())
+        assert new["number"] == 3 and new["record"]["env"]["CNI_NETNS"] == "/y"
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+
+
 # ---------------------------------------------------------------------------------------------------
 # against the kernel (inside the sandbox)
 
@@ -330,6 +399,25 @@ def test_replay_shows_a_difference_next_to_the_recording(skb, node, bin_dir, tmp
     assert " * exit 1" in row   # side by side, marked as different
     p = run(skb, "replay", str(node.capture), "--plugin", str(other), env={"COLUMNS": "60"})
     assert "recorded:" in p.stdout and "replayed:" in p.stdout   # narrow: one above the other
+
+
+def test_replay_never_appends_to_the_log_it_replays(skb, node, bin_dir, tmp_path):
+    debug = os.path.join(bin_dir, "debug")
+    _capture_one(node, debug, netns="/x")                         # captureFile and cniOutput
+    before = (node.capture.read_bytes(), node.text.read_bytes())
+    for record_file in (node.capture, node.text):
+        p = run(skb, "replay", str(record_file), "--json")
+        assert p.returncode == 0, p.stderr
+        assert "went to a temporary file" in json.loads(p.stdout)["logNote"]
+        assert (node.capture.read_bytes(), node.text.read_bytes()) == before
+    log = tmp_path / "env.jsonl"                                  # SKB_DEBUG_LOG, the operator's setting
+    r = run_plugin(debug, cni_env("ADD", netns="/x", path=node.bin_dir, SKB_DEBUG_LOG=str(log)),
+                   {"cniVersion": "1.0.0", "name": "r", "type": "debug"})
+    assert r.rc == 0 and len(log.read_text().splitlines()) == 1
+    p = run(skb, "replay", str(log), "--json", env={"SKB_DEBUG_LOG": str(log)})
+    assert p.returncode == 0 and json.loads(p.stdout)["same"] is True, p.stdout + p.stderr
+    assert len(log.read_text().splitlines()) == 1
+    assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith("skb-replay-")]
 
 
 def test_replay_selects_records(skb, node, bin_dir):

@@ -1,9 +1,21 @@
-"""skb explain's table of messages: each pattern recognised in a real message, as kubelet, containerd,
-CRI-O, libcni or a plugin printed it (quoted from public issue reports and from the reference plugins'
-observed transcripts), with the layers of a wrapping message explained in order."""
+"""skb explain's catalogue (skb.tool.catalogue): each entry recognised in real messages, as kubelet,
+containerd, CRI-O, podman, libcni, a plugin or a network add-on printed them, with the layers of a wrapping
+message explained in order and the answer naming the values the message carried. The messages collected
+from public reports are in explain_messages.json, each with its source; a few more are below."""
+import json
+import os
+import re
+
 import pytest
 
+from skb.cni.errors import CNIError
 from skb.tool import explain
+from skb.tool.catalogue import ENTRIES
+from skb.tool.catalogue.entry import PLACEHOLDERS, compile_shape
+
+COLLECTED = json.load(open(os.path.join(os.path.dirname(__file__), "explain_messages.json"), encoding="utf-8"))
+FAMILIES = {"kubelet", "containerd", "CRI-O", "podman", "libcni", "reference plugins", "host-local", "flannel",
+            "Calico", "AWS VPC CNI", "Multus"}
 
 REAL = [
     # kubelet, containerd 1.6+: the CRI status (kubernetes issues, rke2#4476)
@@ -12,7 +24,7 @@ REAL = [
      ["not-ready-status", "cni-plugin-not-initialized"]),
     # kubelet with dockershim (kubeadm#1031)
     ("runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is "
-     "not ready: cni config uninitialized", ["cni-config-uninitialized"]),
+     "not ready: cni config uninitialized", ["not-ready-status", "cni-config-uninitialized"]),
     # CRI-O through kubelet (cri-o#2741)
     ("E0821 08:06:22.143972    1942 kubelet.go:2169] Container runtime network not ready: NetworkReady=false "
      "reason:NetworkPluginNotReady message:Network plugin returns error: Missing CNI default network",
@@ -35,7 +47,7 @@ REAL = [
     ('failed to set up sandbox container "195c83fcdef364849d0ca34d5bc9f74a18985f09173c004c7f60398c2114887c" network '
      'for pod "heimdall-scheduled-tasks-1591923600-k7nd8": NetworkPlugin cni failed to set up pod '
      '"heimdall-scheduled-tasks-1591923600-k7nd8_jenkins" network: failed to Statfs "/proc/12764/ns/net": no such '
-     'file or directory', ["sandbox-setup", "statfs-proc"]),
+     'file or directory', ["sandbox-setup", "kubelet-cni-setup", "statfs-proc"]),
     # a plugin on a deleted named netns (reference transcripts)
     ('failed to open netns "/run/netns/nonexistent": failed to Statfs "/run/netns/nonexistent": no such file or '
      'directory', ["statfs"]),
@@ -46,7 +58,7 @@ REAL = [
      ["sandbox-setup", "plugin-failed", "netplugin-no-message"]),
     # multus (multus-cni#1072): a plugin with a name
     ('failed to setup network for sandbox "11ce5f00d56f": plugin type="multus-shim" name="multus-cni-network" failed '
-     "(add): CmdAdd (shim): CNI request failed with status 400", ["sandbox-setup", "plugin-failed"]),
+     "(add): CmdAdd (shim): CNI request failed with status 400", ["sandbox-setup", "plugin-failed", "multus-shim"]),
     # the reference plugins on a 1.1.0 config (transcripts)
     ('{"code":1,"msg":"incompatible CNI versions","details":"config is \\"1.1.0\\", plugin supports [\\"0.1.0\\" '
      '\\"0.2.0\\" \\"0.3.0\\" \\"0.3.1\\" \\"0.4.0\\" \\"1.0.0\\"]"}', ["incompatible-versions"]),
@@ -59,13 +71,13 @@ REAL = [
     # containerd DEL (a blog post on StopPodSandbox)
     ('StopPodSandbox from runtime service failed: rpc error: code = Unknown desc = failed to destroy network for '
      'sandbox "055b221e44a28ce8d9120f771d5e1ef201f2457ce49c58999a0147104cca2708": failed to get network "cbr0" cached '
-     "result: decoding version from network config: unexpected end of JSON input", ["sandbox-destroy"]),
+     "result: decoding version from network config: unexpected end of JSON input", ["sandbox-destroy", "cached-result"]),
     # a plugin dying without output (calico cni-plugin#909)
     ('failed to set up sandbox container "3fe33199939736653d0eb5ffb41ffd4a94630cbf0ee1d9ffa39e1fef7cb40a83" network '
      'for pod "kafka-0": networkPlugin cni failed to set up pod "kafka-0_default" network: netplugin failed with no '
-     "error message", ["sandbox-setup", "netplugin-no-message"]),
+     "error message", ["sandbox-setup", "kubelet-cni-setup", "netplugin-no-message"]),
     ('plugin type="ptp" failed (add): netplugin failed with no error message: fork/exec /opt/cni/bin/ptp: '
-     "permission denied", ["plugin-failed", "netplugin-no-message"]),
+     "permission denied", ["plugin-failed", "netplugin-no-message", "exec-failed"]),
     ("cni config load failed: failed to load CNI config list file /etc/cni/net.d/10-x.conflist: error parsing "
      "configuration list: unexpected end of JSON input", ["cni-config-load-failed"]),
 ]
@@ -73,19 +85,85 @@ REAL = [
 
 @pytest.mark.parametrize("text, keys", REAL, ids=[k[0] + ":" + t[:40] for t, k in REAL])
 def test_real_messages(text, keys):
-    assert [p.key for p, _m in explain.match(text)] == keys
+    assert [layer.key for layer in explain.match(text)] == keys
 
 
-def test_every_pattern_has_a_real_message():
-    covered = {k for _t, keys in REAL for k in keys}
-    assert covered | {"exec-failed"} == {p.key for p in explain.PATTERNS}
-    assert explain.match("fork/exec /opt/cni/bin/ptp: exec format error")[0][0].key == "exec-failed"
+@pytest.mark.parametrize("item", COLLECTED, ids=[f"{i}:{m['family']}" for i, m in enumerate(COLLECTED)])
+def test_collected_messages(item):
+    """Each message collected from a public report: the entries, in order, and the values of the message
+    (plugin, versions, paths, names) in the answer."""
+    layers = explain.match(item["message"])
+    assert [layer.key for layer in layers] == item["explains"]
+    text = "\n".join(explain._paragraph(layer) for layer in layers)
+    for value in item["mentions"]:
+        assert value in text, (value, text)
+    assert not re.search(r"\{[a-z_0-9]+\}", text), text          # no placeholder left unfilled
+
+
+def test_the_collection_covers_every_runtime_and_plugin_family():
+    assert len(COLLECTED) >= 40 and len({m["message"] for m in COLLECTED}) == len(COLLECTED)
+    assert FAMILIES <= {m["family"] for m in COLLECTED}
+    assert all(m["source"].startswith("https://") for m in COLLECTED)
+
+
+def test_every_entry_has_a_real_message():
+    covered = {k for m in COLLECTED for k in m["explains"]} | {k for _t, keys in REAL for k in keys}
+    assert {e.key for e in ENTRIES} - covered == {"skb-refused-overlap", "skb-address-in-use"}   # ours: below
+
+
+def test_skb_ptps_own_refusals_are_explained():
+    """What skb's ptp prints when it refuses an overlapping range, made by the code that prints it."""
+    from skb.linux import hostclash
+    from tests.unit.test_hostclash import FakeNetlink, a4, route_msg
+    fake = FakeNetlink(routes=[route_msg(2, b"", 0, gateway=a4("10.244.1.1"))], links={2: ("eth0", "veth", None)})
+    with pytest.raises(CNIError) as e:
+        hostclash.refuse(fake, [("10.244.1.9", "10.244.1.1", "10.244.1.0/24")])
+    msg = f'plugin type="ptp" failed (add): {e.value.msg}'
+    assert [layer.key for layer in explain.match(msg)] == ["plugin-failed", "skb-refused-overlap"]
+    assert explain.match("address 10.22.0.2 is already in use on the host")[0].key == "skb-address-in-use"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.key for e in ENTRIES])
+def test_each_entry_matches_the_shapes_it_cites(entry):
+    """Every shape, its placeholders filled with plain values, is matched by its own entry; the texts fill
+    without an unknown name."""
+    samples = {"rest": "netplugin failed with no error message", "path": "/run/x/y", "dir": "/etc/cni/net.d",
+               "dirs": "/opt/cni/bin /usr/lib/cni", "version": "1.0.0", "versions": '"0.3.1" "0.4.0"',
+               "ip": "10.1.0.7", "cidr": "10.1.0.1/24", "range": "10.1.0.2-10.1.0.9", "n": "0", "verb": "add"}
+    for shape in entry.shapes:
+        text = re.sub(r"<([a-z_]+\d*|\.\.\.)>", lambda m: "; " if m.group(1) == "..." else samples.get(
+            re.sub(r"\d+$", "", m.group(1)).rsplit("_", 1)[-1], "x1"), shape)
+        found = entry.search(text)
+        assert found and found[1] == shape, (shape, text)
+        values = explain.Values({k: v for k, v in found[0].groupdict().items() if v})
+        if entry.derive:
+            values.update(entry.derive(values))
+        for t in (entry.title, entry.cause, entry.fix, *entry.checks):
+            t.format_map(values)
+
+
+def test_shapes_compile_strictly():
+    assert set(PLACEHOLDERS) >= {"rest", "plugin", "path", "version"}
+    with pytest.raises(ValueError):
+        compile_shape("failed <nosuch> here")
+    with pytest.raises(ValueError):
+        compile_shape("<plugin> and <plugin>")
+    assert compile_shape("a  b <n>").search("A   b 12").group("n") == "12"
 
 
 def test_groups_name_what_they_caught():
-    (p, m), = explain.match('failed to find plugin "ptp" in path [/opt/cni/bin /usr/lib/cni]')
-    assert m.group("plugin") == "ptp" and m.group("path") == "/opt/cni/bin /usr/lib/cni"
-    assert "plugin-missing" in p.codes and "plugin-elsewhere" in p.codes
+    layer, = explain.match('failed to find plugin "ptp" in path [/opt/cni/bin /usr/lib/cni]')
+    assert layer.matched() == {"plugin": "ptp", "dirs": "/opt/cni/bin /usr/lib/cni"}
+    assert "plugin-missing" in layer.entry.codes and "plugin-elsewhere" in layer.entry.codes
+    assert layer.title() == 'the plugin "ptp" is in none of the directories [/opt/cni/bin /usr/lib/cni]'
+
+
+def test_a_wrapped_message_uses_the_wrappers_values():
+    """A version mismatch inside plugin type="flannel": the fix names flannel and both versions."""
+    layers = explain.match('plugin type="flannel" failed (add): incompatible CNI versions; config is "0.4.0", '
+                           'plugin supports ["0.1.0" "0.2.0" "0.3.0" "0.3.1"]')
+    assert layers[1].fix() == ('set "cniVersion": "0.3.1" in the network configuration (the newest flannel speaks), '
+                               "or upgrade flannel to a release that speaks 0.4.0")
 
 
 def test_unknown_text():

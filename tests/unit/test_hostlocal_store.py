@@ -396,25 +396,35 @@ def test_odd_last_reserved_names_are_left_alone(tmp_path):
 
 
 def test_a_failed_index_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    """The disk fills while the index is written: the call fails with the cause, and no part-written
-    index file remains (only the complete previous one)."""
+    """The disk fills while the index is written (the journal's record, or a whole new index file): the
+    call fails with the cause, and no part-written record or file remains (the index is byte for byte
+    what it was); the next call, seeing the directory changed since, rebuilds."""
     import errno
 
     from skb.cni.errors import CNIError
+    from skb_plugins.hostlocal_ipam import index
     with Store(str(tmp_path), "net") as s:
         assert s.reserve(ip("10.0.0.2"), A)
         s.commit()
-    before = _index_files(tmp_path)
-    real_write = os.write
+    real_write, real_pwrite = os.write, os.pwrite
 
-    def full(fd, data):
-        real_write(fd, bytes(data[:10]))
+    def full(fd, data, *offset):
+        (real_pwrite(fd, bytes(data[:10]), *offset) if offset else real_write(fd, bytes(data[:10])))
         raise OSError(errno.ENOSPC, "No space left on device")
+    for fold_at in (index.FOLD_AT, 1):    # appended to the journal; folded into a new file
+        monkeypatch.setattr(index, "FOLD_AT", fold_at)
+        with Store(str(tmp_path), "net") as s:
+            (name,) = _index_files(tmp_path)
+            before = (tmp_path / "net" / ".skb" / name).read_bytes()
+            assert s.reserve(ip("10.0.0.3"), B)
+            monkeypatch.setattr(os, "write", full)
+            monkeypatch.setattr(os, "pwrite", full)
+            with pytest.raises(CNIError) as e:
+                s.commit()
+            monkeypatch.setattr(os, "write", real_write)
+            monkeypatch.setattr(os, "pwrite", real_pwrite)
+            s.release(ip("10.0.0.3"), B)
+        assert "No space left" in e.value.msg
+        assert _index_files(tmp_path) == [name] and (tmp_path / "net" / ".skb" / name).read_bytes() == before
     with Store(str(tmp_path), "net") as s:
-        assert s.reserve(ip("10.0.0.3"), B)
-        monkeypatch.setattr(os, "write", full)
-        with pytest.raises(CNIError) as e:
-            s.commit()
-        monkeypatch.setattr(os, "write", real_write)
-    assert "No space left" in e.value.msg
-    assert _index_files(tmp_path) == before
+        assert s.owned(A) == [ip("10.0.0.2")] and s.owned(B) == []

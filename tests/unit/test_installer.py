@@ -63,7 +63,9 @@ def test_template_values_single_and_dual_stack():
 
 def test_render_default_template():
     conf = conflist.render(conflist.DEFAULT_TEMPLATE,
-                            conflist.template_values(conflist.parse_pod_cidrs("10.244.1.0/24 fd00::/64")))
+                            conflist.template_values(conflist.parse_pod_cidrs("10.244.1.0/24 fd00::/64"),
+                                                     {"MTU": "1460"}))
+    assert conf["cniVersions"] == ["1.0.0", "1.1.0"] and conf["plugins"][0]["mtu"] == 1460
     assert conf["name"] == conflist.DEFAULT_NETWORK == "skb"
     assert [p["type"] for p in conf["plugins"]] == ["ptp", "loopback"]
     ipam = conf["plugins"][0]["ipam"]
@@ -80,8 +82,58 @@ def test_render_names_a_missing_pod_cidr_and_how_to_give_it():
 
 def test_render_names_a_missing_set_variable():
     with pytest.raises(InstallError) as e:
+        conflist.render('{"name": "x", "mtu": ${MY_MTU}}', {}, "t.json")
+    assert "t.json uses ${MY_MTU}" in str(e.value) and "--set NAME=VALUE" in str(e.value)
+    with pytest.raises(InstallError) as e:
         conflist.render('{"name": "x", "mtu": ${MTU}}', {}, "t.json")
-    assert "t.json uses ${MTU}" in str(e.value) and "--set NAME=VALUE" in str(e.value)
+    assert "t.json uses ${MTU}" in str(e.value) and "--mtu" in str(e.value)
+
+
+# ------------------------------------------------------------------------------------ the node's MTU
+
+ROUTE_HEAD = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+
+
+def fake_proc(tmp_path, route="", ipv6_route="", mtus=None):
+    (tmp_path / "proc" / "net").mkdir(parents=True)
+    (tmp_path / "proc" / "net" / "route").write_text(ROUTE_HEAD + route)
+    (tmp_path / "proc" / "net" / "ipv6_route").write_text(ipv6_route)
+    for iface, mtu in (mtus or {}).items():
+        (tmp_path / "sys" / "class" / "net" / iface).mkdir(parents=True)
+        (tmp_path / "sys" / "class" / "net" / iface / "mtu").write_text(f"{mtu}\n")
+    return str(tmp_path / "proc"), str(tmp_path / "sys")
+
+
+def v4(iface, dest="00000000", flags="0003", metric=0, mask="00000000"):
+    return f"{iface}\t{dest}\t0102000A\t{flags}\t0\t0\t{metric}\t{mask}\t0\t0\t0\n"
+
+
+def v6(iface, dest="0" * 32, plen="00", metric="00000400", flags="00450003"):
+    return f"{dest} {plen} {'0' * 32} 00 fe800000000000000000000000000001 {metric} 00000000 00000000 {flags} {iface}\n"
+
+
+def test_default_route_mtu_picks_the_lowest_metric_ipv4_default(tmp_path):
+    from skb.install import node
+    proc, sys_dir = fake_proc(tmp_path, v4("eth1", metric=200) + v4("eth0", metric=100)
+                              + v4("eth2", dest="0000A8C0", mask="00FFFFFF"),
+                              mtus={"eth0": 1460, "eth1": 9000})
+    assert node.default_route_mtu(proc, sys_dir) == ("eth0", 1460)
+
+
+def test_default_route_mtu_ipv6_only_node_and_none(tmp_path):
+    from skb.install import node
+    # IPv6: the kernel's unreachable default on lo is skipped
+    proc, sys_dir = fake_proc(tmp_path, "", v6("lo", metric="ffffffff", flags="00200200") + v6("ens3"),
+                              mtus={"ens3": 1500})
+    assert node.default_route_mtu(proc, sys_dir) == ("ens3", 1500)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc, sys_dir = fake_proc(empty, v4("eth0", dest="0000A8C0", mask="00FFFFFF"))
+    assert node.default_route_mtu(proc, sys_dir) == (None, None)
+    down = tmp_path / "down"
+    down.mkdir()
+    proc, sys_dir = fake_proc(down, v4("eth0", flags="0002"))   # not RTF_UP
+    assert node.default_route_mtu(proc, sys_dir) == (None, None)
 
 
 def test_render_refuses_what_is_not_json_once_filled():
@@ -194,14 +246,14 @@ def test_daemonset_args_are_skb_install_options():
     args = _install_args(text, "install-cni")
     opts = build_parser().parse_args(["install", "--from", "/opt/skb-cni/bin"] + args)
     assert opts.bin_dir == "/host/opt/cni/bin" and opts.conf_dir == "/host/etc/cni/net.d"
-    assert opts.pod_cidr_file == "/run/skb/pod-cidrs" and opts.wait
+    assert opts.pod_cidr_from_api and opts.wait
     assert opts.template == "/etc/skb-cni/10-skb.conflist.template"
     # the volumes those paths live on
     for mount in ("mountPath: /host/opt/cni/bin", "mountPath: /host/etc/cni/net.d", "mountPath: /etc/skb-cni",
-                  "mountPath: /run/skb", "path: /opt/cni/bin", "path: /etc/cni/net.d"):
+                  "path: /opt/cni/bin", "path: /etc/cni/net.d"):
         assert mount in text
-    assert "jsonpath='{.spec.podCIDRs[*]}' > /run/skb/pod-cidrs" in text
-    assert "name: SKB_UNINSTALL_ON_STOP" in text
+    for env in ("NODE_NAME", "SKB_MTU", "SKB_UNINSTALL_ON_STOP"):
+        assert f"name: {env}" in text
 
 
 def test_containerfile_entrypoint_and_cmd_are_skb_install_options():
@@ -213,7 +265,8 @@ def test_containerfile_entrypoint_and_cmd_are_skb_install_options():
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", joined, re.M).group(1))
     assert entry[:2] == ["/opt/skb-cni/bin/skb", "install"]
     opts = build_parser().parse_args(entry[1:] + cmd)
-    assert opts.source == "/opt/skb-cni/bin" and opts.wait
+    assert opts.source == "/opt/skb-cni/bin" and opts.wait and opts.pod_cidr_from_api
+    assert "COPY LICENSE /opt/skb-cni/LICENSE" in text
     assert opts.template == "/opt/skb-cni/10-skb.conflist.template"
     assert "COPY deploy/10-skb.conflist.template /opt/skb-cni/10-skb.conflist.template" in text
     assert shlex.split("COPY dist/bin/ /opt/skb-cni/bin/")[1] in text

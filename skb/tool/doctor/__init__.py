@@ -27,7 +27,8 @@ What it checks, with the finding codes:
   ``.conf``/``.json``, then by file name); a note names the file a runtime takes as the pod network (the
   first by name; CRI-O's ``cni_default_network`` by name) and those it never reads.
 - ``plugin-missing`` / ``plugin-not-executable``: a ``type`` (or ``ipam.type``) with no regular file in
-  any bin dir, or one that cannot be executed.
+  any bin dir, or one that cannot be executed. ``plugin-dangling``: the plugin's file in a bin dir is a
+  symbolic link to nothing (an error; a warning naming what runs instead when a later bin dir has one).
 - ``version-failed`` / ``version-unsupported``: a plugin that fails VERSION, or whose ``supportedVersions``
   lacks the network's ``cniVersion`` (podman then drops the network; libcni's ``ValidateNetworkList``).
 - ``host-lo-down``: the node's ``lo`` is DOWN (the reference loopback's DEL through a reused
@@ -48,14 +49,27 @@ What it checks, with the finding codes:
   device, socket, dangling link or unreadable file named like one (the runtime's load fails or hangs).
 - ``no-cniversion``: a config without ``cniVersion`` (read as 0.1.0: no CHECK, STATUS or GC, lossy chained
   results). ``several-networks``: more than one network in the conf dir (CRI uses the first by name).
-- ``plugin-elsewhere``: a plugin not in the runtime's bin dirs but installed elsewhere (named, with the
-  setting to change). ``status-failed``: STATUS through the chain (cniVersion 1.1.0 and later) fails.
+- ``plugin-elsewhere``: plugins not in the runtime's bin dirs but installed elsewhere (one finding per
+  directory they are in, with the setting to change). ``status-failed``: STATUS through the chain
+  (cniVersion 1.1.0 and later) fails.
+- ``config-invalid`` (``ipamconf``): what fails every ADD, seen without running anything: a ptp without
+  ``ipam``/``ipam.type``; host-local ranges host-local refuses (a subnet that does not parse, has host bits
+  set or is too small; a gateway, rangeStart or rangeEnd outside its subnet); a ``dataDir`` on a
+  read-only mount. ``range-exhausted``: a range set whose every address is reserved (an error, naming the
+  leaked reservations among them).
+- ``pod-range-overlap`` (``overlap``): a routed network's range overlaps the node's own network (an
+  address of the node in it, a router of the node in it, a route into it), with what ptp's ADD answers.
+- ``runtime-config-invalid``: a runtime configuration that does not parse or has an unknown version is
+  an error, and the doctor then checks no other directories (the runtime does not start).
 - ``--probe``: ADD of the pod network (the first file) with CRI's CNI_ARGS, then DEL, in a scratch node
   of its own (network and mount namespaces, host-local stores under an overlay): the node is never
   changed. ``probe-failed`` when ADD or DEL fails; ``probe-no-ip`` when the result has no address on the
   interface the runtime looks up (``eth0``: containerd then fails the sandbox with "failed to find network
   info for sandbox"; addresses are attributed as go-cni does: an IP without an ``interface`` index belongs
-  to the default interface); what the ADD needed from the node (``forwarding-off``, ``probe-needs``);
-  ``probe-leftover`` for links the DEL left; ``probe-skipped`` when a directory cannot be isolated.
+  to the default interface); what the ADD needed from the node (``forwarding-off``, ``probe-needs``; not
+  the kernel's side effects of switching forwarding on, such as ``accept_redirects``); ``probe-leftover``
+  for links the DEL left; ``probe-skipped`` when a directory cannot be isolated (or, as a note, when no
+  network loads). A read-only ``dataDir`` stays read-only in the probe. A probe outcome that an error
+  about its network predicts is a note: one cause, one finding.
 """
 from skb.tool.doctor.command import add_parser, run  # noqa: F401 (the package's interface)

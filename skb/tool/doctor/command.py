@@ -11,13 +11,21 @@ from skb.tool.doctor.plugins import (prefetch, check_plugins, check_declared_ver
                                      check_runtime_bins)
 from skb.tool.doctor.node import check_host_lo, check_routing
 from skb.tool.doctor.reservations import check_leaks
+from skb.tool.doctor.ipamconf import check_ipam
+from skb.tool.doctor.overlap import check_overlap
 from skb.tool.doctor.probe import probe
+
+# A failing probe ADD is the same cause as one of these errors about its network: a note then, not a second error
+PREDICTED = ("config-invalid", "range-exhausted", "pod-range-overlap", "plugin-missing", "plugin-elsewhere",
+             "plugin-dangling", "plugin-not-executable", "version-unsupported", "version-failed")
 
 
 def run(opts, skip=()):
     """All findings, in report order, and the views checked. ``skip`` names check groups left out:
-    ``version`` (VERSION of every plugin), ``status``, ``node`` (lo, forwarding, rp_filter), ``leaks``."""
+    ``version`` (VERSION of every plugin), ``status``, ``node`` (lo, forwarding, rp_filter, the pod ranges
+    against the node's network), ``leaks`` (and exhausted ranges)."""
     findings = []
+    exhausted = set()
     views, runtimes = views_from(opts, findings)
     search = [d for d in os.environ.get("CNI_PATH", "").split(":") if d]
     search += [d for v in views + runtimes for d in v.bin_dirs]
@@ -36,15 +44,15 @@ def run(opts, skip=()):
         check_declared_versions(networks, versions, found_all, findings)
         if run_status:
             check_status(view, networks, default, found_all, findings, statuses)
-        for n in networks:
-            if all(n.source != m.source for m in networks_seen):
-                networks_seen.append(n)
+        fresh = [n for n in networks if all(n.source != m.source for m in networks_seen)]
+        networks_seen += fresh
+        exhausted |= check_ipam(fresh, opts.cache_dir, findings, "leaks" not in skip)
         if len(views) > 1:
             for f in findings[before:]:
                 f.what = f"[{view.source}] {f.what}"
         if opts.probe:
-            if default is None:
-                findings.append(Finding("error", "probe-failed", "no pod network to probe",
+            if default is None:         # the findings above say why: one cause, one finding
+                findings.append(Finding("note", "probe-skipped", "the probe did not run: no pod network to probe",
                                         f"nothing loads in {view.conf_dir}", "fix the findings above"))
             else:
                 probe(view, default, opts, findings)
@@ -52,14 +60,32 @@ def run(opts, skip=()):
     if "node" not in skip:
         check_host_lo(findings)
         check_routing(networks_seen, opts.cache_dir, findings)
+        check_overlap(networks_seen, findings)
     if "leaks" not in skip:
-        check_leaks(networks_seen, opts.cache_dir, findings)
+        check_leaks(networks_seen, opts.cache_dir, findings, exhausted)
+    _fold_probe(findings)
     unique, keys = [], set()
     for f in findings:
         if f.key() not in keys:
             keys.add(f.key())
             unique.append(f)
     return unique, views
+
+
+def _fold_probe(findings):
+    """One cause, one finding: the probe of a network with an error that predicts its outcome adds a note.
+    A failing ADD or DEL is that error again; an ADD that passed in the scratch node passed only because
+    the scratch node lacks what the error is about (the node's addresses and routes)."""
+    known = {f.where for f in findings if f.severity == "error" and f.code in PREDICTED}
+    for f in findings:
+        if f.where not in known:
+            continue
+        if f.code == "probe-failed" and f.severity == "error" and f.what.startswith(("ADD", "DEL")):
+            f.severity = "note"
+            f.what += ", as the error above predicts"
+        elif f.code == "probe" and f.what.startswith("probe ADD ok"):
+            f.what = f.what.replace("probe ADD ok", "probe ADD ok in its scratch node only (the error above is "
+                                    "about this node)", 1)
 
 
 def report(findings, views, style, out):
@@ -72,7 +98,8 @@ def report(findings, views, style, out):
         if f.fix:
             line += f" {style.dim('| fix:')} {f.fix}"
         print(line, file=out)
-    where = "; ".join(f"{v.source}: conf dir {v.conf_dir}, bin dirs {':'.join(v.bin_dirs)}" for v in views)
+    where = "; ".join(f"{v.source}: conf dir {v.conf_dir}, bin dirs {':'.join(v.bin_dirs)}" for v in views) or \
+        "no conf dir (the runtime's configuration does not parse)"
     problems = counts["error"] + counts["warning"]
     verdict = style.green("no problems found") if not problems else \
         style.red(f"{counts['error']} error{'s' if counts['error'] != 1 else ''}") + \
@@ -112,10 +139,12 @@ EPILOG = """\
 Prints one line per problem: severity, code, what is wrong | evidence | fix; then a summary. Exit status 1
 when there are errors or warnings. Codes: no-config, wrong-extension, skipped-entry, unreadable-entry,
 no-plugins, invalid-json, load-error, no-cniversion, shadowed, several-networks, plugin-missing,
-plugin-elsewhere, plugin-not-executable, version-failed, version-unsupported, status-failed, host-lo-down,
-forwarding-off, rp-filter-strict, leaked-reservation, runtime-dirs-disagree, runtime-config-invalid,
-runtime-config-ignored, probe-failed, probe-no-ip, probe-leftover, probe-skipped. A leaked host-local reservation is one whose attachment has no cached result in
-<cache-dir>/results, or whose cached netns is gone.
+plugin-elsewhere, plugin-dangling, plugin-not-executable, version-failed, version-unsupported, status-failed,
+config-invalid, range-exhausted, pod-range-overlap, host-lo-down, forwarding-off, rp-filter-strict,
+leaked-reservation, runtime-dirs-disagree, runtime-config-invalid, runtime-config-ignored, probe-failed,
+probe-no-ip, probe-leftover, probe-skipped. A leaked host-local reservation is one whose attachment has no
+cached result in <cache-dir>/results, or whose cached netns is gone. One cause gives one finding: a probe
+outcome an error already predicts is a note. docs/DIAGNOSTICS.md has the whole list.
 
 Without --conf-dir/--bin-dir the directories come from containerd's config.toml (version 1, 2 and 3
 layouts, with its imports) and CRI-O's crio.conf and crio.conf.d (their disagreements are reported),

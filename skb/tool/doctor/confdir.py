@@ -98,10 +98,11 @@ def check_conf_dir(view, findings):
     loaded networks."""
     d = view.conf_dir
     own, target, err = lstat_kind(d)
+    elsewhere, fix_elsewhere = _default_holds(view)
     if own is None:
         findings.append(Finding("error", "no-config", f"the CNI conf dir {d} does not exist",
-                                f"{view.source} reads it ({view.origin})",
-                                f"create {d} and write the pod network into it as a .conflist "
+                                f"{view.source} reads it ({view.origin}){elsewhere}",
+                                fix_elsewhere or f"create {d} and write the pod network into it as a .conflist "
                                 "(containerd reports 'cni config uninitialized' until then)", d))
         return []
     if target is None or not stat.S_ISDIR(target):
@@ -150,9 +151,28 @@ def check_conf_dir(view, findings):
                    else "the directory is empty")
         findings.append(Finding("error", "no-config", f"no network configuration in {d}",
                                 f"no .conflist, .conf or .json file ({listing}); containerd: 'cni config "
-                                "uninitialized', kubelet: 'cni plugin not initialized'",
-                                f"write the pod network to {d}/10-<name>.conflist", d))
+                                f"uninitialized', kubelet: 'cni plugin not initialized'{elsewhere}",
+                                fix_elsewhere or f"write the pod network to {d}/10-<name>.conflist", d))
     return loaded
+
+
+def _default_holds(view):
+    """(evidence, fix) when the runtime's conf dir is not /etc/cni/net.d and that directory holds
+    configurations: the add-on and the runtime disagree on where they live. Else ("", "")."""
+    default = libcni.DEFAULT_CONF_DIR
+    if os.path.normpath(view.conf_dir) == os.path.normpath(default):
+        return "", ""
+    try:
+        names = sorted(n for n in os.listdir(default) if libcni.go_ext(n) in CONFIG_EXTS)
+    except OSError:
+        return "", ""
+    if not names:
+        return "", ""
+    setting = view.conf_key or ("--conf-dir" if view.source == "flags" else "the runtime's conf dir")
+    return (f"; {default} holds {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}, but {view.source} reads "
+            f"{view.conf_dir}",
+            f"point {setting} at {default}" + (f" and restart {view.source}" if view.is_runtime() else "") +
+            f", or move the pod network's file into {view.conf_dir}")
 
 
 def _check_subdir(path, name, findings):

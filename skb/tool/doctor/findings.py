@@ -31,9 +31,10 @@ def _one_line(s):
 class View:
     """One runtime's idea of where CNI lives (or the flags', or the defaults)."""
 
-    __slots__ = ("source", "conf_dir", "bin_dirs", "default_network", "origin", "bin_key", "max_conf_num")
+    __slots__ = ("source", "conf_dir", "bin_dirs", "default_network", "origin", "bin_key", "max_conf_num", "conf_key")
 
-    def __init__(self, source, conf_dir, bin_dirs, default_network="", origin="", bin_key="", max_conf_num=1):
+    def __init__(self, source, conf_dir, bin_dirs, default_network="", origin="", bin_key="", max_conf_num=1,
+                 conf_key=""):
         self.source = source
         self.conf_dir = conf_dir
         self.bin_dirs = list(bin_dirs)
@@ -41,6 +42,7 @@ class View:
         self.origin = origin
         self.bin_key = bin_key            # the setting that names the bin dirs, for a fix to point at
         self.max_conf_num = max_conf_num  # containerd: how many conf files its CRI loads (0: all)
+        self.conf_key = conf_key          # the setting that names the conf dir
 
     def is_runtime(self):
         return self.source in ("containerd", "CRI-O")

@@ -49,23 +49,77 @@ def elsewhere(ptype, dirs, searched):
 
 def _not_here(view, ptype, role, where, found, source):
     """The finding for a plugin the view's bin dirs lack: where it is instead, if anywhere."""
-    dirs = " ".join(view.bin_dirs)
     if found:
-        at = os.path.dirname(found[0])
-        setting = view.bin_key or ("--bin-dir" if view.source == "flags" else "the bin dirs")
-        return Finding(
-            "error", "plugin-elsewhere", f'plugin "{ptype}" ({role}) is not where {view.source} looks: it is in {at}',
-            f'{view.source} looks in [{dirs}] ({view.origin}): failed to find plugin "{ptype}" in path [{dirs}]; '
-            f"found {', '.join(found)}; used by {where}",
-            (f"add {at} to {setting} and restart {view.source}" if view.is_runtime() else f"add {at} to {setting}")
-            + (f", or install {ptype} into {view.bin_dirs[0]}" if view.bin_dirs else ""), source)
+        return _elsewhere(view, os.path.dirname(found[0]), [(ptype, role, where, found)], source)
     missing = [d for d in view.bin_dirs if not os.path.isdir(d)]
     return Finding(
         "error", "plugin-missing", f'plugin "{ptype}" ({role}) is not installed',
-        f'failed to find plugin "{ptype}" in path [{dirs}]; used by {where}'
+        f'failed to find plugin "{ptype}" in path [{" ".join(view.bin_dirs)}]; used by {where}'
         + (f"; missing dirs: {', '.join(missing)}" if missing else ""),
         f"install {ptype} into {view.bin_dirs[0] if view.bin_dirs else DEFAULT_BIN_DIR}, or fix the "
         "type in the configuration", source)
+
+
+def _elsewhere(view, at, items, source):
+    """One finding for the plugins (``items``: (type, role, used by, found paths)) that are all installed
+    in the directory ``at`` the view does not search: one cause, one setting to change."""
+    dirs = " ".join(view.bin_dirs)
+    setting = view.bin_key or ("--bin-dir" if view.source == "flags" else "the bin dirs")
+    names = [t for t, _r, _w, _f in items]
+    if len(items) == 1:
+        ptype, role, where, found = items[0]
+        what = f'plugin "{ptype}" ({role}) is not where {view.source} looks: it is in {at}'
+        evidence = (f'{view.source} looks in [{dirs}] ({view.origin}): failed to find plugin "{ptype}" in path '
+                    f"[{dirs}]; found {', '.join(found)}; used by {where}")
+    else:
+        what = (f"plugins {', '.join(chr(34) + n + chr(34) for n in names)} are not where {view.source} looks: "
+                f"they are in {at}")
+        evidence = (f"{view.source} looks in [{dirs}] ({view.origin}), and finds none of them there; used by "
+                    + "; ".join(sorted({w for _t, _r, w, _f in items})))
+    fix = (f"add {at} to {setting} and restart {view.source}" if view.is_runtime() else f"add {at} to {setting}")
+    fix += f", or install {' '.join(names)} into {view.bin_dirs[0]}" if view.bin_dirs else ""
+    return Finding("error", "plugin-elsewhere", what, evidence, fix, source)
+
+
+def _before(dirs, path):
+    """The dirs searched before the one ``path`` was found in (all of them when it was not found)."""
+    if path is None:
+        return list(dirs)
+    at = os.path.normpath(os.path.dirname(path))
+    for i, d in enumerate(dirs):
+        if os.path.normpath(d) == at:
+            return list(dirs[:i])
+    return list(dirs)
+
+
+def _dangling(ptype, dirs):
+    """(link, its target) of each dangling symbolic link named ``ptype`` in ``dirs`` (libcni skips them
+    as it looks for a regular file)."""
+    out = []
+    for d in dirs:
+        path = os.path.join(d, ptype)
+        try:
+            if os.path.islink(path) and not os.path.exists(path):
+                out.append((path, os.readlink(path)))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _dangling_finding(view, ptype, role, where, links, found, source):
+    """A plugin whose file in the runtime's bin dir is a dangling link: the runtime skips it and runs
+    ``found`` (a later bin dir's, another implementation), or fails to find the plugin at all."""
+    shown = ", ".join(f"{link} -> {target}" for link, target in links)
+    if found:
+        return Finding("warning", "plugin-dangling", f'plugin "{ptype}" ({role}): {links[0][0]} is a dangling '
+                       f"symbolic link, and {view.source} runs {found} instead",
+                       f"{shown} (the target does not exist); libcni skips it and takes the next bin dir's; used by "
+                       f"{where}", f"repair the link (or remove it to use {found} on purpose)", source)
+    return Finding("error", "plugin-dangling", f'plugin "{ptype}" ({role}) is a dangling symbolic link',
+                   f"{shown} (the target does not exist): {view.source} cannot run it, 'failed to find plugin "
+                   f'"{ptype}" in path [{" ".join(view.bin_dirs)}]\'; used by {where}',
+                   f"repair the link to point at the installed plugin, or reinstall {ptype} into "
+                   f"{os.path.dirname(links[0][0])}", source)
 
 
 def _wants_status(netconf):
@@ -145,16 +199,24 @@ def check_plugins(view, networks, findings, run_version=True, search=(), version
     the network was found)."""
     versions = dict(versions or {})
     found_all = {}
+    away = {}          # plugin-elsewhere, grouped by the directory they are in: one setting to change
     for netconf in networks:
         paths = []
         for ptype, role in _types_of(netconf):
             where = f'network "{netconf.name}" ({os.path.basename(netconf.source)})'
             path = _find(ptype, view.bin_dirs)
+            links = _dangling(ptype, _before(view.bin_dirs, path))
+            if links:
+                findings.append(_dangling_finding(view, ptype, role, where, links, path, netconf.source))
             if path is None:
-                findings.append(_not_here(view, ptype, role, where,
-                                          elsewhere(ptype, list(search) + list(STANDARD_BIN_DIRS), view.bin_dirs),
-                                          netconf.source))
                 paths = None
+                if links:
+                    continue
+                found = elsewhere(ptype, list(search) + list(STANDARD_BIN_DIRS), view.bin_dirs)
+                if found:
+                    away.setdefault(os.path.dirname(found[0]), []).append((ptype, role, where, found, netconf.source))
+                else:
+                    findings.append(_not_here(view, ptype, role, where, [], netconf.source))
                 continue
             if paths is not None:
                 paths.append(path)
@@ -192,6 +254,8 @@ def check_plugins(view, networks, findings, run_version=True, search=(), version
                     f"a {ptype} that speaks {wanted}", netconf.source))
         if paths is not None:
             found_all[netconf.source] = paths
+    for at, items in away.items():
+        findings.append(_elsewhere(view, at, [i[:4] for i in items], items[0][4]))
     return {p: v[0] for p, v in versions.items()}, found_all
 
 
@@ -201,15 +265,22 @@ def check_runtime_bins(checked, runtimes, default, findings, search=()):
     if default is None:
         return
     checked_keys = {v.key() for v in checked}
+    where = f'pod network "{default.name}" ({os.path.basename(default.source)})'
+    dirs = list(search) + [d for v in checked for d in v.bin_dirs] + list(STANDARD_BIN_DIRS)
     for rt in runtimes:
         if rt.key() in checked_keys:
             continue
+        away = {}
         for ptype, role in _types_of(default):
             if _find(ptype, rt.bin_dirs):
                 continue
-            where = f'pod network "{default.name}" ({os.path.basename(default.source)})'
-            dirs = list(search) + [d for v in checked for d in v.bin_dirs] + list(STANDARD_BIN_DIRS)
-            findings.append(_not_here(rt, ptype, role, where, elsewhere(ptype, dirs, rt.bin_dirs), default.source))
+            found = elsewhere(ptype, dirs, rt.bin_dirs)
+            if found:
+                away.setdefault(os.path.dirname(found[0]), []).append((ptype, role, where, found))
+            else:
+                findings.append(_not_here(rt, ptype, role, where, [], default.source))
+        for at, items in away.items():
+            findings.append(_elsewhere(rt, at, items, default.source))
 
 
 def check_declared_versions(networks, versions, found_all, findings):

@@ -29,6 +29,9 @@ from skb.tool.doctor.reservations import host_local_stores
 CRI_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=skb-doctor;K8S_POD_NAME=probe;K8S_POD_INFRA_CONTAINER_ID={cid}"
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 REPLY_LIMIT = 1 << 20
@@ -90,6 +93,17 @@ def read_sysctls():
     return out
 
 
+def side_effect(key, changed):
+    """Whether a sysctl the probe saw change is the kernel's side effect of switching forwarding: IPv4's
+    switches every interface's forwarding and sets all.accept_redirects to the opposite (a forwarding
+    node ignores redirects); IPv6's switches every interface's forwarding. No plugin needs those."""
+    if "net.ipv4.ip_forward" in changed and key.startswith("net.ipv4.conf.") and \
+            (key.endswith(".forwarding") or key == "net.ipv4.conf.all.accept_redirects"):
+        return True
+    return "net.ipv6.conf.all.forwarding" in changed and key != "net.ipv6.conf.all.forwarding" and \
+        key.startswith("net.ipv6.conf.") and key.endswith(".forwarding")
+
+
 def ips_on(res, ifname):
     """The addresses containerd's go-cni attributes to ``ifname`` in a result (any version, held in the
     1.1.0 shape): an IP with an ``interface`` index belongs to that interface (an index out of range
@@ -132,7 +146,8 @@ def _scratch_node(scratch):
 
 
 def _isolate(path, scratch, n):
-    """Cover ``path`` (or its nearest existing ancestor) with an overlay whose writes go to the scratch tmpfs."""
+    """Cover ``path`` (or its nearest existing ancestor) with an overlay whose writes go to the scratch tmpfs;
+    read-only again when the directory is on a read-only mount (an ADD must fail as on the node)."""
     at = os.path.abspath(path)
     while not os.path.isdir(at):
         at = os.path.dirname(at)
@@ -141,7 +156,10 @@ def _isolate(path, scratch, n):
     upper, work = os.path.join(scratch, f".state{n}", "upper"), os.path.join(scratch, f".state{n}", "work")
     os.makedirs(upper)
     os.makedirs(work)
+    read_only = os.statvfs(at).f_flag & os.ST_RDONLY
     _mount("skb-probe", at, "overlay", 0, f"lowerdir={at},upperdir={upper},workdir={work}")
+    if read_only:       # the plugins must fail there as they would on the node
+        _mount(None, at, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
 
 def _child(view, netconf, opts, scratch):
@@ -288,11 +306,7 @@ def probe(view, netconf, opts, findings):
                                     f"result: {shown[:300]}", "", netconf.source))
     changed = reply.get("changed") or {}
     for key, (old, new) in sorted(changed.items()):
-        if node.get(key) == new:
-            continue
-        if key.endswith(".forwarding") and key.startswith("net.ipv4.conf.") and "net.ipv4.ip_forward" in changed:
-            continue        # ip_forward switches every interface's forwarding: one finding says it
-        if key == "net.ipv6.conf.default.forwarding" and "net.ipv6.conf.all.forwarding" in changed:
+        if node.get(key) == new or side_effect(key, changed):
             continue
         what, code = NEEDS.get(key, (f"the pod network's ADD needs {key} = {new}; the node has {node.get(key)}",
                                      "probe-needs"))

@@ -41,7 +41,7 @@ def reservations(store):
     return out
 
 
-def _field(obj, key):
+def field(obj, key):
     """A key as Go's decoder matches a struct field: exact, else case-insensitively."""
     if key in obj:
         return obj[key]
@@ -107,7 +107,7 @@ def host_local_stores(networks):
             ipam = p.raw.get("ipam") if isinstance(p.raw.get("ipam"), dict) else None
             if not ipam or p.ipam_type != "host-local":
                 continue
-            data_dir = _field(ipam, "dataDir")
+            data_dir = field(ipam, "dataDir")
             data_dir = data_dir if isinstance(data_dir, str) and data_dir else HOST_LOCAL_DATA_DIR
             store = os.path.join(data_dir, n.name)
             if (n.name, store) not in seen:
@@ -116,8 +116,11 @@ def host_local_stores(networks):
     return out
 
 
-def check_leaks(networks, cache_dir, findings):
+def check_leaks(networks, cache_dir, findings, reported=()):
+    """``reported``: (network, store) pairs whose leaks a range-exhausted finding names already."""
     for netconf, store in host_local_stores(networks):
+        if (netconf.name, store) in reported:
+            continue
         leaked = leaked_reservations(netconf.name, store, cache_dir)
         if not leaked:
             continue

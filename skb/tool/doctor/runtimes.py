@@ -12,6 +12,7 @@ CRIO_CONFIG_DIR = "/etc/crio/crio.conf.d"
 
 
 MAX_FILES = 64          # runtime config files followed (imports, drop-ins)
+BROKEN = object()       # a runtime whose configuration does not parse: it does not start, nothing else to check
 
 # containerd: the table holding [.cni] by config version (1.x reads v1 and v2; 2.x reads v2 and v3, migrating v2)
 _CONTAINERD_CRI = {3: ("io.containerd.cri.v1.runtime",), 2: ("io.containerd.grpc.v1.cri",),
@@ -52,9 +53,10 @@ def _containerd_data(path, findings):
     try:
         data = _toml(path)
     except (BadFile, ValueError) as e:
-        findings.append(Finding("warning", "runtime-config-invalid", f"containerd's config {path} does not parse",
-                                str(e), "fix the file; containerd refuses to start with it", path))
-        return None
+        findings.append(Finding("error", "runtime-config-invalid", f"containerd's config {path} does not parse",
+                                f"{e}; containerd does not start with it, so no pod starts on this node",
+                                f"fix {path} (containerd config dump prints the configuration it would use)", path))
+        return BROKEN
     seen = 1
     for pattern in _strings(data.get("imports")):
         pattern = pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(path), pattern)
@@ -65,25 +67,29 @@ def _containerd_data(path, findings):
             try:
                 _merge(data, _toml(imp))
             except (BadFile, ValueError) as e:
-                findings.append(Finding("warning", "runtime-config-invalid",
-                                        f"containerd's imported config {imp} does not parse", str(e),
-                                        "fix the file; containerd refuses to start with it", imp))
+                findings.append(Finding("error", "runtime-config-invalid",
+                                        f"containerd's imported config {imp} does not parse",
+                                        f"{e}; {path} imports it, and containerd does not start with it",
+                                        f"fix {imp}", imp))
+                return BROKEN
     return data
 
 
 def containerd_view(path, findings):
-    """containerd's CNI dirs from its config.toml, or None when there is no such file."""
+    """containerd's CNI dirs from its config.toml; None when there is no such file, BROKEN when containerd
+    would not start with it (the finding says why)."""
     if not _exists(path):
         return None
     data = _containerd_data(path, findings)
-    if data is None:
-        return None
+    if data is BROKEN:
+        return BROKEN
     version = data.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version not in _CONTAINERD_CRI:
-        findings.append(Finding("warning", "runtime-config-invalid", f"containerd's config {path} has version = "
-                                f"{version!r}", "containerd 1.x reads version 1 and 2, containerd 2.x version 2 and 3",
+        findings.append(Finding("error", "runtime-config-invalid", f"containerd's config {path} has version = "
+                                f"{version!r}", "containerd 1.x reads version 1 and 2, containerd 2.x version 2 and 3, "
+                                "as a number; containerd does not start with any other",
                                 "set version = 2 (containerd 1.7) or 3 (containerd 2.x)", path))
-        return None
+        return BROKEN
     plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
     cni, name = {}, f'plugins."{_CONTAINERD_CRI[version][0]}".cni'
     for table in _CONTAINERD_CRI[version]:
@@ -112,7 +118,8 @@ def containerd_view(path, findings):
     max_conf = cni.get("max_conf_num", 1)
     max_conf = max_conf if isinstance(max_conf, int) and not isinstance(max_conf, bool) else 1
     origin = f"{path} [{name}]" if cni else f"{path} (no [{name}] section: containerd's defaults)"
-    return View("containerd", conf_dir, bins, "", origin, f"{key} in [{name}] of {path}", max_conf)
+    return View("containerd", conf_dir, bins, "", origin, f"{key} in [{name}] of {path}", max_conf,
+                f"conf_dir in [{name}] of {path}")
 
 
 def _crio_files(path, drop_in_dir):
@@ -129,7 +136,8 @@ def _crio_files(path, drop_in_dir):
 
 
 def crio_view(path, drop_in_dir, findings):
-    """CRI-O's CNI dirs from crio.conf and its drop-in directory (later files override), or None."""
+    """CRI-O's CNI dirs from crio.conf and its drop-in directory (later files override); None without
+    them, BROKEN when one does not parse (CRI-O would not start)."""
     files = _crio_files(path, drop_in_dir)
     if not files:
         return None
@@ -138,9 +146,9 @@ def crio_view(path, drop_in_dir, findings):
         try:
             data = _toml(f)
         except (BadFile, ValueError) as e:
-            findings.append(Finding("warning", "runtime-config-invalid", f"CRI-O's config {f} does not parse",
-                                    str(e), "fix the file; CRI-O refuses to start with it", f))
-            continue
+            findings.append(Finding("error", "runtime-config-invalid", f"CRI-O's config {f} does not parse",
+                                    f"{e}; CRI-O does not start with it, so no pod starts on this node", f"fix {f}", f))
+            return BROKEN
         section = data.get("crio", {}).get("network", {}) if isinstance(data.get("crio"), dict) else {}
         if isinstance(section, dict):
             network.update(section)
@@ -150,21 +158,25 @@ def crio_view(path, drop_in_dir, findings):
     default = network.get("cni_default_network") if isinstance(network.get("cni_default_network"), str) else ""
     key = f"plugin_dirs in [crio.network] of {set_in.get('plugin_dirs', files[0])}"
     return View("CRI-O", conf_dir or "/etc/cni/net.d/", bins or ["/opt/cni/bin/"], default,
-                ", ".join(files) + " [crio.network]", key)
+                ", ".join(files) + " [crio.network]", key,
+                conf_key=f"network_dir in [crio.network] of {set_in.get('network_dir', files[0])}")
 
 
 def views_from(opts, findings):
     """The directory sets to check, and a finding for every disagreement between them."""
-    runtimes = [v for v in (containerd_view(opts.containerd_config, findings),
-                            crio_view(opts.crio_config, opts.crio_config_dir, findings)) if v]
+    found = [containerd_view(opts.containerd_config, findings),
+             crio_view(opts.crio_config, opts.crio_config_dir, findings)]
+    runtimes = [v for v in found if v and v is not BROKEN]
     bin_flags = [d for arg in opts.bin_dir or () for d in arg.split(":") if d]
     if opts.conf_dir or bin_flags:
         flags = View("flags", opts.conf_dir or (runtimes[0].conf_dir if runtimes else "/etc/cni/net.d"),
                      bin_flags or (runtimes[0].bin_dirs if runtimes else [DEFAULT_BIN_DIR]), "",
                      "--conf-dir/--bin-dir")
         views = [flags]
-    else:
+    elif runtimes or BROKEN not in found:
         views = list(runtimes) or [View("defaults", "/etc/cni/net.d", [DEFAULT_BIN_DIR], "", "no runtime config found")]
+    else:
+        views = []          # the node's runtime does not start: its configuration is the one finding
     compared = views + [r for r in runtimes if views[0] is not r and views[0].source == "flags"]
     for i, a in enumerate(compared):
         for b in compared[i + 1:]:
