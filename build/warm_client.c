@@ -350,14 +350,15 @@ static void pass_signals_on(pid_t child)
     child_pidfd = (int)syscall(SYS_pidfd_open, child, 0);
     if (child_pidfd < 0)
         return;
+    struct sigaction old, sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = pass_on;
+    sa.sa_flags = SA_RESTART;
     for (int sig = 1; sig < _NSIG; sig++) {
-        struct sigaction old, sa;
-        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL)
+        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, &sa, &old) != 0)
             continue; /* (sigaction refuses the C library's own signals, 32-34) */
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = pass_on;
-        sa.sa_flags = SA_RESTART;
-        sigaction(sig, &sa, NULL);
+        if (old.sa_handler == SIG_IGN) /* ignored by the caller: ignored here as in the child */
+            sigaction(sig, &old, NULL);
     }
 }
 

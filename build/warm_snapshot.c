@@ -135,11 +135,13 @@ static void add_value(struct msg *m, const char *path, int first_word)
         adds(m, "none");
 }
 
-/* The lines of /proc/self/status that start with one of keys, in the file's order. */
+/* The lines of /proc/self/status that start with one of keys, in the file's order. The file is read once
+ * (it is the costliest /proc read), so both parts of the snapshot come from the same instant. */
 static int add_status(struct msg *m, const char *const *keys)
 {
-    char b[8192];
-    if (slurp("/proc/self/status", b, sizeof(b)) < 0)
+    static char b[8192];
+    static ssize_t got = -1;
+    if (got < 0 && (got = slurp("/proc/self/status", b, sizeof(b))) < 0)
         return 0;
     for (char *line = b, *nl; *line; line = nl + 1) {
         if (!(nl = strchr(line, '\n')))

@@ -285,6 +285,10 @@ class Child:
                 want = snapshot.fields(snapshot.split(self.rehearsal.snapshot)[1])
                 have = snapshot.fields(self.snap.adopted_part())
                 names = {k for k in REHEARSED if want.get(k) != have.get(k)}
+                if b"rlimits" in want and b"rlimits" in have:  # not the fd limit: the spare's own fds must
+                    pairs, own = want[b"rlimits"].split(), have[b"rlimits"].split()  # sit above the call's
+                    pairs[resource.RLIMIT_NOFILE] = own[resource.RLIMIT_NOFILE]
+                    want[b"rlimits"] = b" ".join(pairs)
                 if not _no_lower_hard(want.get(b"rlimits", b""), have.get(b"rlimits", b"")):
                     names.discard(b"rlimits")
                 Adopter(want, have).run(names)
@@ -318,7 +322,11 @@ class Child:
         if self.failpoint == "stop-before-begin":  # (tests: the launcher has its ACCEPTED, not our BEGAN)
             os.kill(os.getpid(), signal.SIGSTOP)
         fixed = req.fixed
-        moved = _place(req.inherited, [conn_fd, self.chan.fileno()] + list(fixed.values()))
+        try:
+            moved = _place(req.inherited, [conn_fd, self.chan.fileno()] + list(fixed.values()))
+        except OSError as e:  # fd numbers at or past this process's limit: an exec'd plugin keeps them
+            conn = socket.socket(fileno=conn_fd)
+            return self.refuse(conn, f"fds: {e}")
         conn = socket.socket(fileno=moved[0])
         self.chan.detach()  # (its old number is closed: the object must never close it again)
         self.chan = socket.socket(fileno=moved[1])
@@ -367,10 +375,13 @@ class Child:
         mine = self.snap.key_part()
         if mine != key:
             raise Refused(snapshot.first_difference(key, mine), key=True)
+        # (the launcher's lines are ours, as just compared: the fds it passed must be those very objects)
+        named = {line.rsplit(b" ", 1)[0].decode(): line.rsplit(b" ", 1)[1]
+                 for line in key.split(b"\n") if line.startswith((b"ns ", b"root "))}
         for name, fd in fixed.items():
             if name != "cwd":
-                a, b = os.fstat(fd), os.stat("/" if name == "root" else f"/proc/self/ns/{name[3:]}")
-                if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                st = os.fstat(fd)
+                if b"%d:%d" % (st.st_dev, st.st_ino) != named.get(name):
                     raise Refused(name.replace("ns ", "ns-"), key=True)
         why = limits_a_fork_cannot_honour(want.get(b"rlimits", b""))
         if why:

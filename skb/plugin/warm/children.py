@@ -70,7 +70,7 @@ class Children:
             return False
         for _ in range(16):  # (what is there now; the rest on the next wake-up)
             try:
-                msg, fds, _ = wire.recv_with_fds(one.chan, 4096, 1, socket.MSG_DONTWAIT)
+                msg, fds, _ = wire.recv_with_fds(one.chan, wire.MAX_REQUEST + 16, 1, socket.MSG_DONTWAIT)
             except OSError:
                 return True
             if not msg:  # it ended: its pidfd says so too
@@ -81,13 +81,17 @@ class Children:
                 one.ready = True
             elif kind == adopt.CHAN_COUNT:
                 self.server.count(msg[1:].decode("ascii", "replace"))
-            elif kind == adopt.CHAN_FORWARD and fds:
-                self.server.control(socket.socket(fileno=fds.pop()), msg[1:2])
-            elif kind == adopt.CHAN_TAKEN and fds and len(msg) == 13:
+            elif kind == adopt.CHAN_FORWARD and fds:  # a control request, or a call whose request is late
+                self.server.forwarded(socket.socket(fileno=fds.pop()), msg[1:2])
+            elif kind == adopt.CHAN_TAKEN and fds and len(msg) > 13:
                 self.spares.remove(one)
                 self.server.unwatch(fd)  # (from now on its channel is read when it is reaped)
                 launcher, accepted = struct.unpack_from("<Id", msg, 1)
                 call = Call(one, socket.socket(fileno=fds.pop()), launcher, accepted)
+                try:  # what the next spares rehearse with
+                    self.rehearsal = wire.parse(msg[13:])
+                except ValueError:
+                    pass
                 self.calls[one.pidfd] = call
                 self.server.took(call)
                 return True
@@ -121,8 +125,9 @@ class Children:
             self.spares.append(made)
         return made is not None and len(self.spares) < POOL
 
-    def fork(self):
-        """A new spare, or None (fork, socketpair failures: logged; calls then find none and go by exec)."""
+    def fork(self, dedicated=False):
+        """A new spare, or None (fork, socketpair failures: logged; calls then find none and go by exec).
+        ``dedicated``: a child for one call the server hands it (it neither prepares nor accepts)."""
         s = self.server
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
@@ -130,7 +135,7 @@ class Children:
             s.log(f"no spare: {e}")
             return None
         self.made += 1
-        learns = pages.learns(self.made)
+        learns = not dedicated and pages.learns(self.made)
         child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
         child.failpoint = s.failpoint()
         try:
@@ -150,8 +155,8 @@ class Children:
                 if syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == s.pid:
                     listen = s.forget_in_child()
                     ours.detach()
-                    adopt.close_all_but([0, 1, 2, theirs.fileno(), listen])  # (stdio: the server's /dev/null)
-                    self.spare_main(child, s, listen)
+                    adopt.close_all_but([0, 1, 2, theirs.fileno()] + ([] if dedicated else [listen]))
+                    self.spare_main(child, s, None if dedicated else listen)  # (0-2: the server's /dev/null)
             finally:
                 os._exit(adopt.CHILD_REFUSED)
         theirs.close()
@@ -182,28 +187,22 @@ class Children:
 
     # ------------------------------------------------------------------ handing calls over
     def hand(self, req_data, fds, conn, launcher, accepted):
-        """Give an admitted call to a spare (the oldest; a fresh one when the pool is empty). The Call,
-        or None when no child could be had (the call then goes by exec)."""
-        header = adopt.HANDOFF.pack(launcher)
-        for _ in range(2):
-            ready = [i for i, s in enumerate(self.spares) if s.ready]
-            one = self.spares.pop(ready[0] if ready else 0) if self.spares else self.fork()
-            if one is None:
-                return None
-            self.server.unwatch(one.chan.fileno())
-            try:  # out of SCHED_IDLE before anything else: the call must not wait for an idle CPU
-                os.sched_setscheduler(one.pid, os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass
-            try:
-                wire.send_with_fds(one.chan, header + req_data, fds + [conn.fileno()], socket.MSG_DONTWAIT)
-            except OSError:  # it cannot take this call: end it; the next spare (or a fresh one) will
-                self.kill(one)
-                continue
-            call = Call(one, conn, launcher, accepted)
-            self.calls[one.pidfd] = call
-            return call
-        return None
+        """Give a call the server accepted itself (no spare was ready to) to a child forked for it. Never
+        to a pool spare: one that is ready may be accepting a call of its own at this very moment. The
+        Call, or None when no child could be had (the call then goes by exec)."""
+        one = self.fork(dedicated=True)
+        if one is None:
+            return None
+        try:
+            wire.send_with_fds(one.chan, adopt.HANDOFF.pack(launcher) + req_data, fds + [conn.fileno()],
+                               socket.MSG_DONTWAIT)
+        except OSError:
+            self.kill(one)
+            return None
+        self.server.unwatch(one.chan.fileno())
+        call = Call(one, conn, launcher, accepted)
+        self.calls[one.pidfd] = call
+        return call
 
     def kill(self, spare):
         self.lost += 1

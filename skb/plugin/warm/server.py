@@ -32,7 +32,7 @@ LOG_MAX = 256 * 1024
 # MIN_NOFILE (its first caller's hard limit was lower, and it may not raise it: no CAP_SYS_RESOURCE) does
 # not start: calls go by exec until a caller with a usual limit starts one.
 OWN_NOFILE = 65536
-MIN_NOFILE = 1024
+MIN_NOFILE = 4096
 
 
 class Pending:
@@ -195,6 +195,20 @@ class Server:
         self.last = call.accepted
         self.peak_children = max(self.peak_children, len(self.children.calls))
 
+    def forwarded(self, conn, kind):
+        """A connection a spare passed on: a control request, or ("?") a call whose request had not come
+        yet: it waits here, with its deadline, as one the server accepted."""
+        if kind == b"?":
+            try:
+                conn.setblocking(False)
+                peer = admission.Peer(conn)
+            except OSError:
+                return conn.close()
+            if not self.request(conn, peer, time.monotonic(), first=True):
+                self.pend(conn, peer, time.monotonic())
+            return None
+        return self.control(conn, kind)
+
     def control(self, conn, kind):
         """A status or stop request (accepted here, or by a spare that passed it on)."""
         conn.setblocking(False)
@@ -301,11 +315,15 @@ class Server:
                 conn.close()
                 continue
             if not self.request(conn, peer, accepted, first=True):
-                if len(self.pending) >= MAX_PENDING:  # the oldest silent client makes room
-                    oldest = min(self.pending, key=lambda f: self.pending[f].accepted)
-                    self.refuse(self.drop_pending(oldest).sock, "no-request")
-                self.pending[conn.fileno()] = Pending(conn, peer, accepted)
-                self.watch(conn.fileno())
+                self.pend(conn, peer, accepted)
+
+    def pend(self, conn, peer, accepted):
+        """Wait here, with its deadline, for a connection's request."""
+        if len(self.pending) >= MAX_PENDING:  # the oldest silent client makes room
+            oldest = min(self.pending, key=lambda f: self.pending[f].accepted)
+            self.refuse(self.drop_pending(oldest).sock, "no-request")
+        self.pending[conn.fileno()] = Pending(conn, peer, accepted)
+        self.watch(conn.fileno())
 
     def request(self, conn, peer, accepted, first=False):
         """Read and act on a connection's request. False when it has not arrived yet (first look only)."""
@@ -365,10 +383,8 @@ class Server:
                 self.stopped_launchers += 1
         else:  # it ended before beginning the call: the launcher goes by exec (whatever we send)
             key, reason = refusal or (False, "adopt")
-            if ": " in reason:  # a child's defect, with its details: counted by its kind, logged whole
-                self.log(f"child {call.pid}: {reason}")
-                reason = reason.split(":")[0]
             self.count(reason)
+            reason = reason.split(":")[0]
             # A difference in the key part: a caller of another context (a socket reached by another
             # name), or this server's own context has moved (another cgroup, say). Only the latter ends it.
             if key and self.own_key() != self.key:
@@ -387,7 +403,9 @@ class Server:
         conn.close()
 
     def count(self, reason):
-        self.refused[reason] = self.refused.get(reason, 0) + 1
+        """Count a refusal by its kind ("kind: details" is logged whole)."""
+        kind = reason.split(":")[0]
+        self.refused[kind] = self.refused.get(kind, 0) + 1
         self.log(f"refused: {reason}")
 
     def refuse(self, conn, reason):
@@ -532,8 +550,11 @@ def serve(argv, run, applets):
     server = Server(argv[2], argv[3], run, applets)
     try:
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
         why = (f"its fd limit is {nofile} (its first caller's), below {MIN_NOFILE}, and cannot be raised"
-               if nofile < MIN_NOFILE else server.setup())
+               if nofile < MIN_NOFILE else
+               "an infinite stack limit (its first caller's) gave it the legacy memory layout, which its "
+               "children would keep" if stack == resource.RLIM_INFINITY else server.setup())
     except OSError as e:
         why = f"setup failed: {e}"
     if why:

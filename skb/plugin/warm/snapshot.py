@@ -89,7 +89,7 @@ def _itimers():
                                          for w in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))
 
 
-# The adopted lines only this process can change (prctl on itself, set_mempolicy, setitimer): a prepared
+# The adopted lines only this process can change (prctl on itself, setitimer, KSM): a prepared
 # spare reads them once, and again only those its adoption changed.
 SELF_ONLY = {
     b"thp_disable": lambda: b"thp_disable %d\n" % syscalls.prctl(syscalls.PR_GET_THP_DISABLE),
@@ -98,7 +98,6 @@ SELF_ONLY = {
     b"mce_kill": lambda: b"mce_kill %d\n" % syscalls.prctl(syscalls.PR_MCE_KILL_GET),
     b"io_flusher": lambda: b"io_flusher %d\n" % syscalls.prctl(syscalls.PR_GET_IO_FLUSHER),
     b"ksm": lambda: b"ksm %s\n" % _ksm(),
-    b"mempolicy": _mempolicy,
     b"itimers": _itimers,
 }
 
@@ -144,7 +143,7 @@ class Snapshot:
         for name in (b"thp_disable", b"spec", b"tsc", b"mce_kill", b"io_flusher"):
             out.append(self._kept(name, SELF_ONLY[name], fresh))
         out += [b"coredump_filter %s\n" % _value("/proc/self/coredump_filter"),
-                self._kept(b"ksm", SELF_ONLY[b"ksm"], fresh), self._kept(b"mempolicy", _mempolicy, fresh),
+                self._kept(b"ksm", SELF_ONLY[b"ksm"], fresh), _mempolicy(),  # (a cpuset change remaps a policy)
                 _status_lines(status, ADOPTED_STATUS),
                 b"rlimits %s\n" % b" ".join(b"%d:%d" % (_lim(s), _lim(h)) for s, h in rlimits()),
                 self._kept(b"itimers", _itimers, fresh),
@@ -236,6 +235,8 @@ def first_difference(a, b):
 
 
 def reason(line):
+    if line[:1].isdigit() and line.count(b":") >= 2:  # a line of /proc/self/cgroup ("0::/system.slice/...")
+        return "cgroup"
     word = line.split(b" ")[0].split(b"\t")[0].rstrip(b":").decode("ascii", "replace")
     if word == "ns":
         return "ns-" + line.split(b" ")[1].decode("ascii", "replace")

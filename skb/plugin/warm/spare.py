@@ -9,6 +9,7 @@ to the server (CHAN_FORWARD); a refused request is counted by the server (CHAN_C
 spare, which has taken nothing on, goes back to waiting. The server hands a call over the channel
 itself (hand-off) while no spare is ready.
 """
+import fcntl
 import os
 import select
 import socket
@@ -17,7 +18,8 @@ import time
 
 from skb.plugin.warm import adopt, admission, pages, wire
 
-REQUEST_WAIT_MS = 500   # a connected client has this long to send its request
+LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a request later than this is
+                        # the server's to wait for (its deadlines), never a spare's
 
 
 def prepare(child, wait_ms):
@@ -28,13 +30,21 @@ def prepare(child, wait_ms):
     if p.poll(wait_ms):
         return
     child.rehearse()
+    # the fd table grown now to hold the call's own fds above INTERNAL_FDS (the kernel never shrinks it)
+    os.close(fcntl.fcntl(child.chan.fileno(), fcntl.F_DUPFD_CLOEXEC, adopt.INTERNAL_FDS + 64))
     if not child.learns:
         pages.prefault(child.hot_runs, child.chan)
     child.ready = True
 
 
 def serve(child, server, listen_fd):
-    """Until a call is taken (then never returns) or the server is done with us (returns)."""
+    """Until a call is taken (then never returns) or the server is done with us (returns). Without a
+    ``listen_fd``: a child forked for one call the server hands it."""
+    if listen_fd is None:
+        got = child.wait()
+        if got:
+            child.take(*got)
+        return
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     prepare(child, 0)
     # Waiting, a spare runs at the usual priority: once woken by a call, it must not wait for an idle CPU.
@@ -74,7 +84,7 @@ def accept(child, server, listen_fd):
     except BlockingIOError:
         return None   # another waiter had it
     except OSError as e:
-        _say(child, adopt.CHAN_COUNT + f"accept: {e}".encode())
+        _say(child, adopt.CHAN_COUNT + f"accept: {e}".encode("ascii", "replace"))
         return None
     accepted = time.monotonic()  # (CLOCK_MONOTONIC: the server's clock too)
     conn = socket.socket(fileno=conn_fd)
@@ -82,8 +92,10 @@ def accept(child, server, listen_fd):
         peer = admission.Peer(conn)
         p = select.poll()
         p.register(conn, select.POLLIN)
-        if not p.poll(REQUEST_WAIT_MS):
-            return _refuse(child, conn, "no-request", [])
+        if not p.poll(LATE_REQUEST_MS):  # a silent client never holds a spare
+            wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + b"?", [conn.fileno()], socket.MSG_DONTWAIT)
+            conn.close()
+            return None
         data, fds, truncated = wire.recv_with_fds(conn, wire.MAX_REQUEST, wire.MAX_FDS, socket.MSG_DONTWAIT)
     except OSError:
         conn.close()
@@ -109,8 +121,8 @@ def accept(child, server, listen_fd):
     # Ours. The server learns it first (it then reports this call's end, and forks the next spare), then
     # the launcher, whose GO travels while we take the call on.
     try:
-        wire.send_with_fds(child.chan, adopt.CHAN_TAKEN + struct.pack("<Id", peer.pid, accepted), [conn.fileno()],
-                           socket.MSG_DONTWAIT)
+        wire.send_with_fds(child.chan, adopt.CHAN_TAKEN + struct.pack("<Id", peer.pid, accepted) + data,
+                           [conn.fileno()], socket.MSG_DONTWAIT)
         conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)
     except OSError:
         _close(fds)
