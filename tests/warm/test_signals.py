@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -132,3 +133,72 @@ def test_the_child_is_in_the_callers_process_group(wbin, tmp_path, make_netns):
     assert os.getsid(child) == os.getsid(p.pid)
     p.communicate(timeout=30)
     assert p.returncode == 0
+
+
+# A caller whose process group is orphaned (a runtime started by its service manager leads its own
+# session and group, and its parent is in another session). Run in a process of its own (setsid).
+_ORPHANED = r"""
+import json, os, signal, subprocess, sys, time
+os.setsid()
+debug, loopback, conf, env, marker, mode = sys.argv[1:]
+env = json.loads(env)
+bindir = os.path.dirname(loopback)
+def servers():
+    st = subprocess.run([os.path.join(bindir, "skb"), "warm", "status", "--json"], capture_output=True,
+                        text=True).stdout
+    return {s["pid"]: s.get("served", 0) for s in json.loads(st) if s.get("binDir") == bindir}
+others = set(servers())  # (of other sessions)
+mine = None
+if mode == "cold":
+    env["SKB_WARM"] = "0"
+else:  # this new session's first calls start its server: until it serves, as on a node
+    for _ in range(600):
+        subprocess.run([loopback], env=dict(env, CNI_COMMAND="VERSION"), capture_output=True)
+        mine = next((pid for pid, n in servers().items() if pid not in others and n > 0), None)
+        if mine:
+            break
+        time.sleep(0.05)
+    assert mine, "no server of its own in this session"
+before = servers().get(mine, 0)
+stopped = subprocess.Popen(["sleep", "300"])  # a stopped member of the group
+os.kill(stopped.pid, signal.SIGSTOP)
+with open(conf) as fin:
+    p = subprocess.Popen([debug], env=env, stdin=fin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+while not os.path.exists(marker):
+    time.sleep(0.01)
+os.kill(p.pid, signal.SIGTSTP)  # an orphaned group: the kernel discards it for an exec'd plugin
+try:
+    out, err = p.communicate(timeout=60)
+    rc = p.returncode
+except subprocess.TimeoutExpired:
+    os.kill(p.pid, signal.SIGCONT)
+    out, err = p.communicate()
+    rc = "stopped"
+with open(f"/proc/{stopped.pid}/stat") as f:  # no SIGHUP and SIGCONT reached the group when the call ended
+    member = f.read().rsplit(")", 1)[1].split()[0]
+stopped.kill()
+served = servers().get(mine, 0) - before if mine else 0
+print(json.dumps({"rc": rc, "out": out.decode(), "member": member, "served": served}))
+"""
+
+
+def test_a_caller_in_an_orphaned_process_group(wbin, tmp_path, make_netns):
+    """In an orphaned group, SIGTSTP to the plugin is discarded (it finishes), and its end sends nothing to
+    the group (a stopped member stays stopped): so warm, whose child joins the group but whose parent is
+    outside the caller's session."""
+    ns = make_netns("warmorph")
+    outs = {}
+    for mode in ("warm", "cold"):
+        marker = tmp_path / f"orph-{mode}"
+        conf = tmp_path / f"orph-{mode}.json"
+        conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "warm-orph", "type": "debug",
+                                    "cniOutput": str(marker), "inject": {"ADD": {"delayMs": 1000}}}))
+        env = cni_env("ADD", netns=f"/run/netns/{ns}", containerid=f"orph{mode}")
+        p = subprocess.run([sys.executable, "-c", _ORPHANED, os.path.join(wbin, "debug"),
+                            os.path.join(wbin, "loopback"), str(conf), json.dumps(env), str(marker), mode],
+                           capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stderr
+        outs[mode] = json.loads(p.stdout)
+    assert outs["warm"].pop("served") == 1 and outs["cold"].pop("served") == 0, outs
+    assert outs["warm"] == outs["cold"], outs
+    assert outs["warm"]["rc"] == 0 and outs["warm"]["member"] == "T"

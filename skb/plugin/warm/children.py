@@ -1,13 +1,20 @@
 """The server's children: a small pool of spares forked ahead of calls, and the calls in flight.
 
-A spare is forked while no call is waiting to be accepted, prepares itself at SCHED_IDLE (so that its
-work only ever takes a CPU nothing else wants: docs/WARM.md, "Ready for bursts"), and waits on a private
-socket (its channel) for a call the server has admitted. The server hands it the call (the request, the
-fds and the connection), puts it back to SCHED_OTHER, and keeps the pool full: every call of a burst
-finds a spare already forked, and most find one prepared.
+A spare is forked while no call waits to be accepted, prepares itself at SCHED_IDLE (it takes only a CPU
+nothing else wants), then accepts a call itself (spare.py); the server keeps the pool full, so every call
+of a burst finds a spare already forked, and most find one prepared. A call the server accepts itself (no
+spare was ready) gets a child forked for it.
+
+Each child has a parent of its own, its holder: the holder forks the child, then leaves the caller's
+session (setsid), waits for the child and reports its pid and its end to the server. The child joins the
+caller's process group; with its parent outside the caller's session, it never keeps that group from
+being orphaned (kernel: a process counts only if its parent is in the same session, another group), as an
+exec'd plugin, whose parent is the caller, does not either: job-control stops in an orphaned group are
+discarded, and no SIGHUP and SIGCONT reach the caller's group when the child ends (docs/WARM.md).
 """
 import _signal
 import os
+import select
 import signal
 import socket
 import struct
@@ -21,25 +28,55 @@ PROMOTE_AFTER = 0.05    # seconds a spare may stay unprepared at SCHED_IDLE (a b
                         # prepares at SCHED_OTHER: its work would otherwise fall on its call
 
 
-class Spare:
-    __slots__ = ("pid", "pidfd", "chan", "learns", "made", "ready", "promoted")
+class Ended:
+    """A child's end, as its holder saw it (wait4)."""
+    __slots__ = ("status", "ru_maxrss", "ru_minflt")
+    FORMAT = struct.Struct("<iqq")
 
-    def __init__(self, pid, pidfd, chan, learns):
-        self.pid, self.pidfd, self.chan, self.learns = pid, pidfd, chan, learns
+    def __init__(self, status, maxrss=0, minflt=0):
+        self.status, self.ru_maxrss, self.ru_minflt = status, maxrss, minflt
+
+
+class Spare:
+    __slots__ = ("pid", "holder", "pidfd", "report", "chan", "learns", "made", "ready", "promoted")
+
+    def __init__(self, pid, holder, pidfd, report, chan, learns):
+        self.pid, self.holder, self.pidfd, self.report, self.chan = pid, holder, pidfd, report, chan
+        self.learns = learns
         self.made = time.monotonic()
         self.ready = False      # it said it has prepared itself
         self.promoted = False   # out of SCHED_IDLE before its call: it had not prepared in PROMOTE_AFTER
 
 
 class Call:
-    """A call handed to a child, until the child is reaped."""
-    __slots__ = ("pid", "pidfd", "conn", "chan", "launcher", "accepted", "handoff_ms", "stopped", "learns")
+    """A call handed to a child, until the child's holder is reaped."""
+    __slots__ = ("pid", "holder", "pidfd", "report", "conn", "chan", "launcher", "accepted", "handoff_ms",
+                 "stopped", "learns")
 
     def __init__(self, one, conn, launcher, accepted):
-        self.pid, self.pidfd, self.chan, self.learns = one.pid, one.pidfd, one.chan, one.learns
+        self.pid, self.holder, self.pidfd, self.report = one.pid, one.holder, one.pidfd, one.report
+        self.chan, self.learns = one.chan, one.learns
         self.conn, self.launcher, self.accepted = conn, launcher, accepted
         self.handoff_ms = (time.monotonic() - accepted) * 1000
         self.stopped = False    # the server stopped the child because its launcher was stopped
+
+
+def _holder(child_main, report):
+    """In the holder, a fork of the server: fork the child, leave the session, report, wait, report."""
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        child_main(me)  # never returns
+    os.setsid()   # (after the fork: the child stays in the caller's session, its parent does not)
+    adopt.close_all_but([report])
+    os.write(report, struct.pack("<I", pid))
+    while True:
+        try:
+            _, status, ru = os.wait4(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    os.write(report, Ended.FORMAT.pack(status, ru.ru_maxrss, ru.ru_minflt))
 
 
 class Children:
@@ -126,50 +163,87 @@ class Children:
         return made is not None and len(self.spares) < POOL
 
     def fork(self, dedicated=False):
-        """A new spare, or None (fork, socketpair failures: logged; calls then find none and go by exec).
-        ``dedicated``: a child for one call the server hands it (it neither prepares nor accepts)."""
+        """A new spare (through its holder), or None (fork, socketpair, pipe failures: logged; calls then
+        find none and go by exec). ``dedicated``: a child for one call the server hands it (it neither
+        prepares nor accepts)."""
         s = self.server
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         except OSError as e:
             s.log(f"no spare: {e}")
             return None
+        try:
+            report, report_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as e:
+            s.log(f"no spare: {e}")
+            ours.close()
+            theirs.close()
+            return None
         self.made += 1
         learns = not dedicated and pages.learns(self.made)
         child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
         child.failpoint = s.failpoint()
+        server_pid = s.pid
+
+        def child_main(holder):
+            try:
+                if syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == holder:
+                    os.close(report_w)
+                    adopt.close_all_but([0, 1, 2, theirs.fileno()] + ([] if dedicated else [listen]))
+                    self.spare_main(child, s, None if dedicated else listen)  # (0-2: the server's /dev/null)
+            finally:
+                os._exit(adopt.CHILD_REFUSED)
         try:
-            pid = os.fork()
+            holder = os.fork()
         except OSError as e:
             s.log(f"no spare: fork failed: {e}")
-            ours.close()
-            theirs.close()
+            for x in (ours, theirs):
+                x.close()
+            os.close(report)
+            os.close(report_w)
             return None
-        if pid == 0:
+        if holder == 0:
             try:
                 # The server's own handlers (they would stop the server from the child) go first.
                 _signal.signal(signal.SIGTERM, _signal.SIG_DFL)
                 _signal.signal(signal.SIGINT, _signal.default_int_handler)
                 _signal.signal(signal.SIGHUP, _signal.SIG_DFL)
                 signal.set_wakeup_fd(-1)
-                if syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == s.pid:
+                if syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == server_pid:
                     listen = s.forget_in_child()
                     ours.detach()
-                    adopt.close_all_but([0, 1, 2, theirs.fileno()] + ([] if dedicated else [listen]))
-                    self.spare_main(child, s, None if dedicated else listen)  # (0-2: the server's /dev/null)
+                    os.close(report)
+                    _holder(child_main, report_w)
             finally:
-                os._exit(adopt.CHILD_REFUSED)
+                os._exit(0)
         theirs.close()
+        os.close(report_w)
+        pid = self._child_pid(report)
         try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:  # cannot happen for our own unreaped child; never leave one unwatched
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            pidfd = os.pidfd_open(holder)
+        except OSError:  # cannot happen for our own unreaped child
+            pidfd = None
+        if pid is None or pidfd is None:  # never leave one unwatched
+            os.kill(holder, signal.SIGKILL)
+            os.waitpid(holder, 0)
+            for fd in (report, pidfd):
+                if fd is not None:
+                    os.close(fd)
             ours.close()
             return None
         s.watch(pidfd)
         s.watch(ours.fileno())
-        return Spare(pid, pidfd, ours, learns)
+        return Spare(pid, holder, pidfd, report, ours, learns)
+
+    @staticmethod
+    def _child_pid(report):
+        """The child's pid, which its holder reports as soon as it has forked it (within a second)."""
+        p = select.poll()
+        p.register(report, select.POLLIN)
+        if not p.poll(1000):
+            return None
+        data = os.read(report, 4)
+        return struct.unpack("<I", data)[0] if len(data) == 4 else None
 
     @staticmethod
     def spare_main(child, server, listen):
@@ -205,16 +279,36 @@ class Children:
         return call
 
     def kill(self, spare):
+        """End a spare that could not be used (its holder: the child dies with it)."""
         self.lost += 1
         self.server.unwatch(spare.chan.fileno())
         try:
-            os.kill(spare.pid, signal.SIGKILL)
-            os.waitpid(spare.pid, 0)
+            os.kill(spare.holder, signal.SIGKILL)
+            os.waitpid(spare.holder, 0)
         except OSError:
             pass
         self.server.unwatch(spare.pidfd)
         os.close(spare.pidfd)
+        os.close(spare.report)
         spare.chan.close()
+
+    @staticmethod
+    def _ended(one):
+        """Reap a holder (its pidfd said it ended) and read its child's end from its report."""
+        try:
+            os.waitpid(one.holder, 0)
+        except ChildProcessError:
+            pass
+        try:
+            data = os.read(one.report, 64)
+        except OSError:
+            data = b""
+        finally:
+            os.close(one.report)
+            os.close(one.pidfd)
+        if len(data) >= Ended.FORMAT.size:
+            return Ended(*Ended.FORMAT.unpack_from(data))
+        return Ended(signal.SIGKILL)  # (its holder was killed: so was the child, by its death signal)
 
     # ------------------------------------------------------------------ reaping
     def reap(self, pidfd):
@@ -225,11 +319,7 @@ class Children:
             if one.pidfd == pidfd:  # a spare that ended without a call: a defect, or the server stopping
                 del self.spares[i]
                 self.server.unwatch(one.chan.fileno())
-                try:
-                    os.waitpid(one.pid, 0)
-                except OSError:
-                    pass
-                os.close(pidfd)
+                self._ended(one)
                 said = b""
                 while True:  # its last word (a crash report), past READY and the like
                     try:
@@ -247,11 +337,8 @@ class Children:
                     self.quiet_until = time.monotonic() + LOST_BACKOFF
                 return None
         call = self.calls.pop(pidfd)
-        os.close(pidfd)
-        try:
-            _, status, ru = os.wait4(call.pid, 0)
-        except ChildProcessError:  # (reaped elsewhere: cannot happen; reported as killed)
-            status, ru = signal.SIGKILL, None
+        ru = self._ended(call)
+        status = ru.status
         began, refusal = False, None
         while True:
             try:
