@@ -29,11 +29,15 @@ extern const char *const NS[NNS];
 #define NFIXED (2 + NNS)        /* cwd, root, the namespaces */
 #define MAX_FDS 253             /* the kernel's SCM_MAX_FD */
 
-/* The snapshot text (skb/plugin/warm/snapshot.py builds the same bytes): key part, then adopted part.
- * fixed: NFIXED fds (cwd, root, namespaces); inherited: the caller's fds without close-on-exec, ascending.
- * False when this process cannot be served warm (a seccomp filter, no /proc) or the buffer is full. */
-int snapshot_key(struct msg *m, const char *bundle, const int *fixed);
+/* The snapshot text (warm_snapshot.c): key part, then adopted part. fixed: NFIXED fds (cwd, root,
+ * namespaces), or NULL for the process's own paths; inherited: the caller's fds without close-on-exec,
+ * ascending, or NULL for its own; locale: NULL for the environment's. False when this process cannot be
+ * served warm (a seccomp filter, no /proc) or the buffer is full. */
+int snapshot_key(struct msg *m, const char *bundle, const int *fixed, const char *locale);
 int snapshot_adopted(struct msg *m, const int *fixed, const int *inherited, int ninherited);
+void snapshot_begin(void);
+/* The fds an exec would keep (open, without close-on-exec), ascending, into out; their count, or -1. */
+int own_fds(int *out, int max);
 uint64_t fnv1a(const char *s, size_t n);
 
 /* Offer the call to the context's warm server. Returns only when the call is to go by exec; once the call

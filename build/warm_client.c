@@ -194,37 +194,13 @@ static int eligible(const char *bindir, const char *applet)
     return 1;
 }
 
-static int ascending(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
-
 /* The fds an exec'd plugin would inherit (open, without close-on-exec), listed before this process opens
  * any of its own; then cwd, root and the namespaces the call is compared by. The time namespace is the
  * one for children: execve moves a process into it (an exec'd plugin runs there). */
 static int open_fds(struct call *c)
 {
-    char b[4096];
-    int d = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n = 0;
-    long got;
-    if (d < 0)
+    if ((c->ninherited = own_fds(c->inherited, MAX_FDS - NFIXED)) < 0) /* (more than one message carries: exec) */
         return 0;
-    while ((got = syscall(SYS_getdents64, d, b, sizeof(b))) > 0)
-        for (long off = 0; off < got; off += *(unsigned short *)(b + off + 16)) {
-            const char *name = b + off + 19;
-            if (name[0] < '0' || name[0] > '9')
-                continue;
-            int fd = atoi(name), fl = fd == d ? -1 : fcntl(fd, F_GETFD);
-            if (fl < 0 || (fl & FD_CLOEXEC))
-                continue;
-            if (n == MAX_FDS - NFIXED) { /* more than one message can carry: exec */
-                close(d);
-                return 0;
-            }
-            c->inherited[n++] = fd;
-        }
-    close(d);
-    if (got < 0)
-        return 0;
-    qsort(c->inherited, (size_t)n, sizeof(int), ascending);
-    c->ninherited = n;
     c->fixed[0] = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     c->fixed[1] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     for (int i = 0; i < NNS; i++) {
@@ -428,7 +404,7 @@ void warm(const char *bindir, const char *bundle, const char *applet, int argc, 
         c.fixed[i] = -1;
     if (!eligible(bindir, applet) || !open_fds(&c))
         goto out;
-    if (!make(&snap, 32768) || !snapshot_key(&snap, bundle, c.fixed))
+    if (!make(&snap, 32768) || !snapshot_key(&snap, bundle, c.fixed, NULL))
         goto out;
     uint64_t h = fnv1a(snap.p, snap.n);
     for (int i = 15; i >= 0; i--, h >>= 4)

@@ -1,7 +1,9 @@
-/* The snapshot text of the launcher's own process: skb/plugin/warm/snapshot.py builds the same bytes in the
- * server's child, and the two must be equal for the child to begin (docs/WARM.md, "What a call inherits").
- * The key part (up to the line "adopt") names the server's socket; the adopted part is what the child
- * takes on. Every value is read here from the kernel, one system call or one /proc read each. */
+/* The snapshot text of the calling process (docs/WARM.md, "What a call inherits"): its key part (up to
+ * the line "adopt") names the server's socket; its adopted part is what a server's child takes on. One
+ * implementation for both sides: linked into the launcher, which sends its own; and built as a shared
+ * library (-DSKB_WARM_LIB: libskbwarm.so in the bundle) that the server's child calls (through ctypes,
+ * skb/plugin/warm/snapshot.py) once it has taken the call on, for its own. The two texts must be equal for
+ * the child to begin. Every value is read from the kernel, one system call or one /proc read each. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <unistd.h>
+#include <dirent.h>
 
 #include "launcher.h"
 
@@ -135,13 +138,16 @@ static void add_value(struct msg *m, const char *path, int first_word)
         adds(m, "none");
 }
 
-/* The lines of /proc/self/status that start with one of keys, in the file's order. The file is read once
- * (it is the costliest /proc read), so both parts of the snapshot come from the same instant. */
+/* /proc/self/status, read once per snapshot (it is the costliest /proc read): both parts of the launcher's
+ * come from the same instant. */
+static char status_text[8192];
+static ssize_t status_got = -1;
+
+/* The lines of /proc/self/status that start with one of keys, in the file's order. */
 static int add_status(struct msg *m, const char *const *keys)
 {
-    static char b[8192];
-    static ssize_t got = -1;
-    if (got < 0 && (got = slurp("/proc/self/status", b, sizeof(b))) < 0)
+    char *b = status_text;
+    if (status_got < 0 && (status_got = slurp("/proc/self/status", status_text, sizeof(status_text))) < 0)
         return 0;
     for (char *line = b, *nl; *line; line = nl + 1) {
         if (!(nl = strchr(line, '\n')))
@@ -172,18 +178,31 @@ static const char *const KEY_STATUS[] = {"Uid:", "Gid:", "Groups:", "CapInh:", "
 static const char *const ADOPTED_STATUS[] = {"Umask:", "TracerPid:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:",
                                              "Cpus_allowed_list:", NULL};
 
-int snapshot_key(struct msg *m, const char *bundle, const int *fixed)
+/* The identity of a fixed item (0 cwd, 1 root, 2.. the namespaces): of the passed fd, or without fds (the
+ * server's child, about itself) of the path. */
+static int fixed_stat(const int *fixed, int i, struct stat *st)
+{
+    char ns[48] = "/proc/self/ns/";
+    if (fixed)
+        return fstat(fixed[i], st);
+    if (i < 2)
+        return stat(i ? "/" : ".", st);
+    strncat(ns, NS[i - 2], sizeof(ns) - strlen(ns) - 1);
+    return stat(ns, st);
+}
+
+int snapshot_key(struct msg *m, const char *bundle, const int *fixed, const char *locale)
 {
     static const char *const LOCALE[] = {"LC_ALL", "LC_CTYPE", "LANG", NULL};
     struct stat st;
     char b[4096];
     adds(m, "skb-warm 2\nbundle "), adds(m, bundle), adds(m, "\n");
     for (int i = 0; i < NNS; i++) {
-        if (fstat(fixed[2 + i], &st))
+        if (fixed_stat(fixed, 2 + i, &st))
             return 0;
         adds(m, "ns "), adds(m, NS[i]), adds(m, " "), add_dev_ino(m, &st), adds(m, "\n");
     }
-    if (fstat(fixed[1], &st))
+    if (fixed_stat(fixed, 1, &st))
         return 0;
     adds(m, "root "), add_dev_ino(m, &st), adds(m, "\n");
     size_t at = m->n;
@@ -218,9 +237,13 @@ int snapshot_key(struct msg *m, const char *bundle, const int *fixed)
     adds(m, "\nautogroup "), add_value(m, "/proc/self/autogroup", 1);
     adds(m, "\nlabel "), add_value(m, "/proc/self/attr/current", 0);
     adds(m, "\n");
-    for (const char *const *k = LOCALE; *k; k++) {
-        const char *v = getenv(*k);
-        adds(m, *k), adds(m, v ? "=" : " unset"), adds(m, v ? v : ""), adds(m, "\n");
+    if (locale) { /* the server's: what its interpreter set its stdio up with, at its start */
+        adds(m, locale);
+    } else {
+        for (const char *const *k = LOCALE; *k; k++) {
+            const char *v = getenv(*k);
+            adds(m, *k), adds(m, v ? "=" : " unset"), adds(m, v ? v : ""), adds(m, "\n");
+        }
     }
     adds(m, "adopt\n");
     return !m->oom;
@@ -312,9 +335,15 @@ int snapshot_adopted(struct msg *m, const int *fixed, const int *inherited, int 
     if (nf < 6)
         return 0;
     adds(m, "\ntty "), adds(m, field[4]), adds(m, " "), adds(m, field[5]);
-    if (fstat(fixed[0], &st))
+    if (fixed_stat(fixed, 0, &st))
         return 0;
     adds(m, "\ncwd "), add_dev_ino(m, &st), adds(m, "\n");
+    int own[MAX_FDS];
+    if (!inherited) { /* about itself: the fds an exec would keep */
+        if ((ninherited = own_fds(own, MAX_FDS)) < 0)
+            return 0;
+        inherited = own;
+    }
     for (int i = 0; i < ninherited; i++) {
         int fl = fcntl(inherited[i], F_GETFL);
         if (fl < 0 || fstat(inherited[i], &st))
@@ -324,6 +353,51 @@ int snapshot_adopted(struct msg *m, const int *fixed, const int *inherited, int 
     }
     return !m->oom;
 }
+
+static int ascending(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+int own_fds(int *out, int max)
+{
+    char b[4096];
+    int d = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n = 0;
+    long got;
+    if (d < 0)
+        return -1;
+    while ((got = syscall(SYS_getdents64, d, b, sizeof(b))) > 0)
+        for (long off = 0; off < got; off += *(unsigned short *)(b + off + 16)) {
+            const char *name = b + off + 19;
+            if (name[0] < '0' || name[0] > '9')
+                continue;
+            int fd = atoi(name), fl = fd == d ? -1 : fcntl(fd, F_GETFD);
+            if (fl < 0 || (fl & FD_CLOEXEC))
+                continue;
+            if (n == max) {
+                close(d);
+                return -1;
+            }
+            out[n++] = fd;
+        }
+    close(d);
+    if (got < 0)
+        return -1;
+    qsort(out, (size_t)n, sizeof(int), ascending);
+    return n;
+}
+
+void snapshot_begin(void) { status_got = -1; }
+
+#ifdef SKB_WARM_LIB
+/* For the server's child (ctypes): part 0, the key part (bundle and locale: the server's); 1, the adopted
+ * part. The text's length in out, or -1 (no /proc, a seccomp filter, out too small). */
+long skb_warm_snapshot(int part, const char *bundle, const char *locale, char *out, long cap)
+{
+    struct msg m = {.p = out, .n = 0, .cap = (size_t)cap, .oom = 0};
+    snapshot_begin();
+    if (!(part ? snapshot_adopted(&m, NULL, NULL, 0) : snapshot_key(&m, bundle, NULL, locale)))
+        return -1;
+    return (long)m.n;
+}
+#endif
 
 uint64_t fnv1a(const char *s, size_t n)
 {

@@ -126,17 +126,15 @@ def fresh_stdio():
 class Adopter:
     """Sets fields of this process's adoptable state to the launcher's values (``want``: the fields of its
     adopted part); ``have``: this process's own fields, so that a multi-valued field (limits,
-    speculation controls) changes only what differs. ``changed``: the fields it set."""
+    speculation controls) changes only what differs."""
 
     def __init__(self, want, have):
         self.want, self.have = want, have
-        self.changed = set()
 
     def run(self, names):
         for name, setter in _SETTERS:
             if name in names and name in self.want:
                 setter(self, self.want[name])
-                self.changed.add(name)
 
     def umask(self, v):
         os.umask(int(v, 8))
@@ -269,21 +267,20 @@ class Child:
 
     def __init__(self, program, run, chan, learns, rehearsal, locale, bundle, hot_runs):
         self.program, self.run, self.chan, self.learns = program, run, chan, learns
-        self.rehearsal = rehearsal      # the server's last request (adopted values to rehearse with) or None
+        self.rehearsal = rehearsal      # the last call's request (its values to rehearse with), or None
         self.hot_runs = hot_runs
-        self.snap = snapshot.Snapshot(bundle, locale)
+        self.bundle, self.locale = bundle, locale
         self.ready = False              # prepared (spare.prepare)
         self.failpoint = None           # a test's failpoint (Server.failpoint)
 
     # ------------------------------------------------------------------ before the call
     def rehearse(self):
         """Take on the last call's values (the next call, from the same runtime, most likely has the same),
-        keep the snapshot lines only this process can change, and make the stdio objects once (the
-        memory they write is then this process's own)."""
+        and make the stdio objects once (the memory they write is then this process's own)."""
         if self.rehearsal is not None:
             try:
-                want = snapshot.fields(snapshot.split(self.rehearsal.snapshot)[1])
-                have = snapshot.fields(self.snap.adopted_part())
+                want = snapshot.fields(snapshot.split(wire.parse(self.rehearsal).snapshot)[1])
+                have = snapshot.fields(snapshot.adopted_part())
                 names = {k for k in REHEARSED if want.get(k) != have.get(k)}
                 if b"rlimits" in want and b"rlimits" in have:  # not the fd limit: the spare's own fds must
                     pairs, own = want[b"rlimits"].split(), have[b"rlimits"].split()  # sit above the call's
@@ -292,10 +289,9 @@ class Child:
                 if not _no_lower_hard(want.get(b"rlimits", b""), have.get(b"rlimits", b"")):
                     names.discard(b"rlimits")
                 Adopter(want, have).run(names)
-                environment(self.rehearsal.env)
+                environment(wire.parse(self.rehearsal).env)
             except (Refused, ValueError, OSError):
                 pass
-        self.snap.keep()
         fresh_stdio()
 
     def wait(self):
@@ -372,7 +368,7 @@ class Child:
         want = snapshot.fields(adopted)
         # First what can never be taken on: this process's key part, now, is the launcher's, and the
         # namespaces and root it named are the ones the kernel passed.
-        mine = self.snap.key_part()
+        mine = snapshot.key_part(self.bundle, self.locale)
         if mine != key:
             raise Refused(snapshot.first_difference(key, mine), key=True)
         # (the launcher's lines are ours, as just compared: the fds it passed must be those very objects)
@@ -402,12 +398,12 @@ class Child:
         # start-up changes in an exec'd plugin aside). What differs is set to the launcher's value and
         # read back; what still differs (or cannot be set) is a refusal.
         expect = snapshot.expected(adopted)
-        mine = self.snap.adopted_part(req.fd_numbers)
+        mine = snapshot.adopted_part()
         if mine != expect:
             have, exp = snapshot.fields(mine), snapshot.fields(expect)
             adopter = Adopter(want, have)
             adopter.run({k for k in exp.keys() | have.keys() if exp.get(k) != have.get(k)})
-            mine = self.snap.adopted_part(req.fd_numbers, fresh=adopter.changed)
+            mine = snapshot.adopted_part()
             if mine != expect:
                 raise Refused(snapshot.first_difference(expect, mine))
 

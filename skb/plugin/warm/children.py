@@ -61,12 +61,21 @@ class Call:
         self.stopped = False    # the server stopped the child because its launcher was stopped
 
 
+def _set_sched(policy):
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+        return True
+    except OSError:
+        return False
+
+
 def _holder(child_main, report):
     """In the holder, a fork of the server: fork the child, leave the session, report, wait, report."""
     me = os.getpid()
     pid = os.fork()
     if pid == 0:
         child_main(me)  # never returns
+    _set_sched(os.SCHED_OTHER)  # (it reports a child's end: promptly, whatever the server forked it at)
     os.setsid()   # (after the fork: the child stays in the caller's session, its parent does not)
     adopt.close_all_but([report])
     os.write(report, struct.pack("<I", pid))
@@ -125,10 +134,7 @@ class Children:
                 self.server.unwatch(fd)  # (from now on its channel is read when it is reaped)
                 launcher, accepted = struct.unpack_from("<Id", msg, 1)
                 call = Call(one, socket.socket(fileno=fds.pop()), launcher, accepted)
-                try:  # what the next spares rehearse with
-                    self.rehearsal = wire.parse(msg[13:])
-                except ValueError:
-                    pass
+                self.rehearsal = msg[13:]  # what the next spares rehearse with (parsed by them)
                 self.calls[one.pidfd] = call
                 self.server.took(call)
                 return True
@@ -151,13 +157,19 @@ class Children:
 
     # ------------------------------------------------------------------ making spares
     def fill(self):
-        """Fork one spare if the pool is short; True if more are wanted."""
+        """Fork one spare if the pool is short; True if more are wanted. The server forks at SCHED_IDLE
+        (and the spare starts so): the work only takes a CPU no call's launcher or child wants."""
         s = self.server
         if s.stopping or len(self.spares) >= POOL or len(self.calls) + len(self.spares) >= s.max_children + POOL:
             return False
         if time.monotonic() < self.quiet_until:
             return False
-        made = self.fork()
+        idle = _set_sched(os.SCHED_IDLE)
+        try:
+            made = self.fork()
+        finally:
+            if idle:
+                _set_sched(os.SCHED_OTHER)
         if made:
             self.spares.append(made)
         return made is not None and len(self.spares) < POOL

@@ -363,7 +363,7 @@ class Server:
         if call is None:
             self.refuse(conn, "fork")
             return True
-        self.children.rehearsal = req
+        self.children.rehearsal = data
         self.send(conn, wire.ACCEPTED)
         self.peak_children = max(self.peak_children, len(self.children.calls))
         return True

@@ -10,6 +10,7 @@ spare, which has taken nothing on, goes back to waiting. The server hands a call
 itself (hand-off) while no spare is ready.
 """
 import fcntl
+import mmap
 import os
 import select
 import socket
@@ -18,6 +19,9 @@ import time
 
 from skb.plugin.warm import adopt, admission, pages, wire
 
+# Where a spare receives a request: anonymous memory, made by the server, untouched (not resident) until a
+# spare writes a request into it, and then only the pages the request covers.
+_REQUEST = mmap.mmap(-1, wire.MAX_REQUEST)
 LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a request later than this is
                         # the server's to wait for (its deadlines), never a spare's
 
@@ -96,7 +100,8 @@ def accept(child, server, listen_fd):
             wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + b"?", [conn.fileno()], socket.MSG_DONTWAIT)
             conn.close()
             return None
-        data, fds, truncated = wire.recv_with_fds(conn, wire.MAX_REQUEST, wire.MAX_FDS, socket.MSG_DONTWAIT)
+        data, fds, truncated = wire.recv_with_fds(conn, wire.MAX_REQUEST, wire.MAX_FDS, socket.MSG_DONTWAIT,
+                                                  into=_REQUEST)
     except OSError:
         conn.close()
         return None
@@ -118,12 +123,12 @@ def accept(child, server, listen_fd):
     reason, req = admission.admit(server, conn, peer, data, fds, truncated, in_spare=True)
     if reason:
         return _refuse(child, conn, reason, fds)
-    # Ours. The server learns it first (it then reports this call's end, and forks the next spare), then
-    # the launcher, whose GO travels while we take the call on.
+    # Ours: the launcher learns it first (its GO travels while we take the call on), then the server (it
+    # reports this call's end if we are killed, and forks the next spare).
     try:
+        conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)  # (first: the launcher's GO travels meanwhile)
         wire.send_with_fds(child.chan, adopt.CHAN_TAKEN + struct.pack("<Id", peer.pid, accepted) + data,
                            [conn.fileno()], socket.MSG_DONTWAIT)
-        conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)
     except OSError:
         _close(fds)
         conn.close()

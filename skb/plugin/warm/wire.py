@@ -88,10 +88,16 @@ def record(tag, data):
     return bytes([tag]) + struct.pack("<I", len(data)) + data
 
 
-def recv_with_fds(sock, size, maxfds, flags=0):
+def recv_with_fds(sock, size, maxfds, flags=0, into=None):
     """(data, fds, truncated) of one message, received with MSG_CMSG_CLOEXEC and ``flags`` (socket.recv_fds
-    would drop both: it calls recvmsg without flags). Raises BlockingIOError as recvmsg does."""
-    data, anc, mflags, _ = sock.recvmsg(size, socket.CMSG_SPACE(maxfds * 4), flags | socket.MSG_CMSG_CLOEXEC)
+    would drop both: it calls recvmsg without flags). Raises BlockingIOError as recvmsg does. ``into``: a
+    buffer of at least ``size`` to receive into (no buffer of that size made per message)."""
+    if into is None:
+        data, anc, mflags, _ = sock.recvmsg(size, socket.CMSG_SPACE(maxfds * 4), flags | socket.MSG_CMSG_CLOEXEC)
+    else:
+        n, anc, mflags, _ = sock.recvmsg_into([memoryview(into)[:size]], socket.CMSG_SPACE(maxfds * 4),
+                                               flags | socket.MSG_CMSG_CLOEXEC)
+        data = bytes(into[:n])
     fds = []
     for level, kind, payload in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
