@@ -327,15 +327,19 @@ static void pass_signals_on(pid_t child)
     if (child_pidfd < 0)
         return;
     struct sigaction old, sa;
+    sigset_t all, was;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = pass_on;
     sa.sa_flags = SA_RESTART;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &was); /* (none is handled while a disposition the caller chose is replaced) */
     for (int sig = 1; sig < _NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, &sa, &old) != 0)
             continue; /* (sigaction refuses the C library's own signals, 32-34) */
-        if (old.sa_handler == SIG_IGN) /* ignored by the caller: ignored here as in the child */
-            sigaction(sig, &old, NULL);
+        if (old.sa_handler == SIG_IGN) /* ignored by the caller: ignored here as in the child (setting */
+            sigaction(sig, &old, NULL); /* SIG_IGN discards one that came meanwhile, as ignoring does) */
     }
+    sigprocmask(SIG_SETMASK, &was, NULL);
 }
 
 /* End as the child ended: with its exit code, or by the same signal (without a core dump of the launcher:

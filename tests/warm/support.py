@@ -44,6 +44,14 @@ def the_server(bindir):
     return wait_for(lambda: (servers(bindir) or [None])[0], f"a warm server for {bindir}")
 
 
+def ensure_server(bindir):
+    """A server for this test's context (calls until one runs, as on a node: the launcher starts one at
+    most every 10 s per context)."""
+    exe = os.path.join(bindir, "loopback")
+    wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(bindir))[1], "a server", 60)
+    return the_server(bindir)
+
+
 def served(bindir):
     return sum(s["served"] for s in servers(bindir))
 

@@ -14,8 +14,8 @@ import subprocess
 import pytest
 
 from tests.helpers import cni_env, run_plugin
-from tests.warm.support import (COLD, WARM_DIR, pid_gone, refused, served, servers, slow_debug_call, stop_servers,
-                                the_server, wait_for)
+from tests.warm.support import (COLD, WARM_DIR, ensure_server, pid_gone, refused, served, servers, slow_debug_call,
+                                stop_servers, the_server, wait_for)
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
 
@@ -132,7 +132,7 @@ def test_callers_under_a_low_fd_limit(wbin, tmp_path, make_netns):
     outs, cold = _burst(wbin, tmp_path, ns)
     assert all(rc == 0 and out == cold[0] for (out, _), rc in outs), outs
     for srv in servers(wbin):  # one started by those callers: with a limit of its own, or none at all
-        assert int(open(f"/proc/{srv['pid']}/limits").read().split("Max open files")[1].split()[0]) >= 1024
+        assert int(open(f"/proc/{srv['pid']}/limits").read().split("Max open files")[1].split()[0]) >= 4096
     stop_servers(wbin)
     exe = os.path.join(wbin, "loopback")
     wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server started as usual", 60)
@@ -174,3 +174,59 @@ def test_a_server_that_ends_before_the_call_began_sends_it_to_exec(wbin):
         if failpoint and os.path.exists(failpoint):
             os.unlink(failpoint)
         stop_servers(wbin)
+
+
+def test_a_late_request_is_the_servers_to_wait_for(wbin):
+    """A client that connects and sends its request late: the spare that accepted it passes it on to the
+    server (a silent client never holds a spare), which waits for it and answers it (here: a malformed
+    request, refused); a legitimate call meanwhile is served warm."""
+    srv = ensure_server(wbin)
+    s = _connect(srv)
+    s.settimeout(20)
+    before = served(wbin)
+    w, c = _version(wbin), _version(wbin, **COLD)
+    assert (w.rc, w.stdout) == (c.rc, c.stdout) and served(wbin) == before + 1
+    s.send(b"Wlate garbage")
+    assert s.recv(100) == b"Rmessage"
+    s.close()
+
+
+def _stack_unlimited():
+    resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
+def test_no_server_from_a_caller_with_an_infinite_stack_limit(wbin):
+    """Such a caller's calls go by exec (rlimit-stack), and the server it would start does not: its
+    children would keep the legacy memory layout that limit gives it (docs/WARM.md, row 101)."""
+    key = ensure_server(wbin)["key"]
+    stop_servers(wbin)
+    os.unlink(os.path.join(WARM_DIR, key + ".spawn"))  # (so that the first call below may start one at once)
+    exe = os.path.join(wbin, "loopback")
+    for _ in range(3):
+        p = subprocess.run([exe], env=cni_env("VERSION"), capture_output=True, preexec_fn=_stack_unlimited)
+        cold = run_plugin(exe, cni_env("VERSION", **COLD))
+        assert (p.returncode, p.stdout.decode()) == (cold.rc, cold.stdout)
+    logs = [n for n in os.listdir(WARM_DIR) if n.endswith(".log")]
+    said = "".join(open(os.path.join(WARM_DIR, n)).read() for n in logs)
+    assert "infinite stack limit" in said, said
+    assert not servers(wbin)
+    ensure_server(wbin)
+
+
+def test_an_inherited_fd_past_the_servers_limit_goes_by_exec(wbin):
+    """An fd the caller holds at a number a spare cannot place its own fds above (the last one its limit
+    allows): refused (fds), by exec, with the exec'd answer."""
+    srv = ensure_server(wbin)
+    limit = int(open(f"/proc/{srv['pid']}/limits").read().split("Max open files")[1].split()[0])
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard < limit:
+        pytest.skip(f"this test's own fd limit ({hard}) is below the server's ({limit})")
+    exe = os.path.join(wbin, "loopback")
+    target = limit - 1
+    # (bash: it opens any fd number; subprocess's own preexec would be undone by its close_fds)
+    call = ["bash", "-c", f'ulimit -n {limit} && exec {target}<&0 && exec "$0"', exe]
+    before = refused(wbin, "fds")
+    p = subprocess.run(call, env=cni_env("VERSION"), capture_output=True)
+    c = subprocess.run(call, env=cni_env("VERSION", **COLD), capture_output=True)
+    assert (p.returncode, p.stdout) == (c.returncode, c.stdout) and p.returncode == 0
+    assert refused(wbin, "fds") == before + 1

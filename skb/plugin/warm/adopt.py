@@ -31,8 +31,10 @@ CHAN_BEGAN = b"B"      # the call has begun
 CHAN_REFUSED = b"R"    # + "K" (a key-part difference: the server has drifted) or "A", + the reason
 CHAN_PAGES = b"P"      # + the packed page numbers the call wrote (learning spares)
 CHAN_READY = b"Y"      # the spare has prepared itself (before any call)
-CHAN_TAKEN = b"T"      # + u32 launcher pid, with the connection's fd: the spare accepted a call itself
-CHAN_FORWARD = b"F"    # + the request's kind, with the connection's fd: a status or stop request
+CHAN_TAKEN = b"T"      # + u32 launcher pid, f64 accept time, the request; with the connection's fd: the spare
+                       # accepted a call itself
+CHAN_FORWARD = b"F"    # + the request's kind, with the connection's fd: a status or stop request; or "?" + f64
+                       # accept time: a call whose request is late, for the server to wait for
 CHAN_COUNT = b"C"      # + a refusal's reason: the spare refused a request (and waits on)
 
 
@@ -263,7 +265,8 @@ def _check(ok, what):
 
 
 class Child:
-    """A spare: forked by the server, prepared while no call needs the CPU, then one call."""
+    """A child, through its holder: a pool spare (prepared while no call needs the CPU, then one call it
+    accepts), or a child forked for one call the server hands it."""
 
     def __init__(self, program, run, chan, learns, rehearsal, locale, bundle, hot_runs):
         self.program, self.run, self.chan, self.learns = program, run, chan, learns

@@ -38,10 +38,11 @@ class Ended:
 
 
 class Spare:
-    __slots__ = ("pid", "holder", "pidfd", "report", "chan", "learns", "made", "ready", "promoted")
+    __slots__ = ("pid", "child", "holder", "pidfd", "report", "chan", "learns", "made", "ready", "promoted")
 
-    def __init__(self, pid, holder, pidfd, report, chan, learns):
+    def __init__(self, pid, child, holder, pidfd, report, chan, learns):
         self.pid, self.holder, self.pidfd, self.report, self.chan = pid, holder, pidfd, report, chan
+        self.child = child      # a pidfd of the child (not ours to reap: its holder's), for signals
         self.learns = learns
         self.made = time.monotonic()
         self.ready = False      # it said it has prepared itself
@@ -50,11 +51,12 @@ class Spare:
 
 class Call:
     """A call handed to a child, until the child's holder is reaped."""
-    __slots__ = ("pid", "holder", "pidfd", "report", "conn", "chan", "launcher", "accepted", "handoff_ms",
+    __slots__ = ("pid", "child", "holder", "pidfd", "report", "conn", "chan", "launcher", "accepted", "handoff_ms",
                  "stopped", "learns")
 
     def __init__(self, one, conn, launcher, accepted):
         self.pid, self.holder, self.pidfd, self.report = one.pid, one.holder, one.pidfd, one.report
+        self.child = one.child
         self.chan, self.learns = one.chan, one.learns
         self.conn, self.launcher, self.accepted = conn, launcher, accepted
         self.handoff_ms = (time.monotonic() - accepted) * 1000
@@ -128,7 +130,8 @@ class Children:
             elif kind == adopt.CHAN_COUNT:
                 self.server.count(msg[1:].decode("ascii", "replace"))
             elif kind == adopt.CHAN_FORWARD and fds:  # a control request, or a call whose request is late
-                self.server.forwarded(socket.socket(fileno=fds.pop()), msg[1:2])
+                accepted = struct.unpack_from("<d", msg, 2)[0] if len(msg) == 10 else time.monotonic()
+                self.server.forwarded(socket.socket(fileno=fds.pop()), msg[1:2], accepted)
             elif kind == adopt.CHAN_TAKEN and fds and len(msg) > 13:
                 self.spares.remove(one)
                 self.server.unwatch(fd)  # (from now on its channel is read when it is reaped)
@@ -191,7 +194,8 @@ class Children:
             ours.close()
             theirs.close()
             return None
-        self.made += 1
+        if not dedicated:  # (the first spares, and every 64th, learn: dedicated children never do)
+            self.made += 1
         learns = not dedicated and pages.learns(self.made)
         child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
         child.failpoint = s.failpoint()
@@ -231,21 +235,23 @@ class Children:
         theirs.close()
         os.close(report_w)
         pid = self._child_pid(report)
+        pidfd = child_fd = None
         try:
             pidfd = os.pidfd_open(holder)
-        except OSError:  # cannot happen for our own unreaped child
-            pidfd = None
-        if pid is None or pidfd is None:  # never leave one unwatched
+            child_fd = os.pidfd_open(pid) if pid else None  # (the child is alive: its holder waits for it)
+        except OSError:  # cannot happen for a child alive and unreaped
+            pass
+        if pid is None or pidfd is None or child_fd is None:  # never leave one unwatched
             os.kill(holder, signal.SIGKILL)
             os.waitpid(holder, 0)
-            for fd in (report, pidfd):
+            for fd in (report, pidfd, child_fd):
                 if fd is not None:
                     os.close(fd)
             ours.close()
             return None
         s.watch(pidfd)
         s.watch(ours.fileno())
-        return Spare(pid, holder, pidfd, report, ours, learns)
+        return Spare(pid, child_fd, holder, pidfd, report, ours, learns)
 
     @staticmethod
     def _child_pid(report):
@@ -300,8 +306,8 @@ class Children:
         except OSError:
             pass
         self.server.unwatch(spare.pidfd)
-        os.close(spare.pidfd)
-        os.close(spare.report)
+        for fd in (spare.pidfd, spare.report, spare.child):
+            os.close(fd)
         spare.chan.close()
 
     @staticmethod
@@ -316,8 +322,8 @@ class Children:
         except OSError:
             data = b""
         finally:
-            os.close(one.report)
-            os.close(one.pidfd)
+            for fd in (one.report, one.pidfd, one.child):
+                os.close(fd)
         if len(data) >= Ended.FORMAT.size:
             return Ended(*Ended.FORMAT.unpack_from(data))
         return Ended(signal.SIGKILL)  # (its holder was killed: so was the child, by its death signal)
@@ -379,8 +385,8 @@ class Children:
                 continue
             stopped = state == b"T"
             if stopped != call.stopped:
-                try:
-                    os.kill(call.pid, signal.SIGSTOP if stopped else signal.SIGCONT)
+                try:  # (through its pidfd: its pid may be free, and taken again, before we learn it ended)
+                    signal.pidfd_send_signal(call.child, signal.SIGSTOP if stopped else signal.SIGCONT)
                     call.stopped = stopped
                 except OSError:
                     pass

@@ -103,7 +103,8 @@ def written():
 def prefault(runs, wake):
     """Fault in, writable, the learnt pages that lie in this process's own private writable mappings now
     (what the server has since unmapped, or mapped again shared or read-only, is never touched), a step
-    at a time, stopping as soon as ``wake`` (a socket) is readable: a call is waiting."""
+    at a time, stopping as soon as ``wake`` (its channel to the server) is readable: the server is done
+    with it."""
     p = select.poll()
     p.register(wake, select.POLLIN)
     for first, count in within(runs, private_writable()):

@@ -131,6 +131,12 @@ class Server:
             return "socket dir not root-only"
         self.log_fd = os.open(f"{self.key}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
                               0o600, dir_fd=self.dir)
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if nofile < MIN_NOFILE:
+            return f"its fd limit is {nofile} (its first caller's), below {MIN_NOFILE}, and cannot be raised"
+        if resource.getrlimit(resource.RLIMIT_STACK)[0] == resource.RLIM_INFINITY:
+            return ("an infinite stack limit (its first caller's) gave it the legacy memory layout, which its "
+                    "children would keep")
         text = snapshot.key_part(self.bundle, self.locale)
         if snapshot.fnv1a(text) != self.key:
             return f"context key {snapshot.fnv1a(text)} is not the requested {self.key}; context:\n{text.decode()}"
@@ -195,17 +201,17 @@ class Server:
         self.last = call.accepted
         self.peak_children = max(self.peak_children, len(self.children.calls))
 
-    def forwarded(self, conn, kind):
+    def forwarded(self, conn, kind, accepted):
         """A connection a spare passed on: a control request, or ("?") a call whose request had not come
-        yet: it waits here, with its deadline, as one the server accepted."""
+        yet: it waits here, with its deadline from when the spare accepted it, as one the server accepted."""
         if kind == b"?":
             try:
                 conn.setblocking(False)
                 peer = admission.Peer(conn)
             except OSError:
                 return conn.close()
-            if not self.request(conn, peer, time.monotonic(), first=True):
-                self.pend(conn, peer, time.monotonic())
+            if not self.request(conn, peer, accepted, first=True):
+                self.pend(conn, peer, accepted)
             return None
         return self.control(conn, kind)
 
@@ -549,12 +555,7 @@ def serve(argv, run, applets):
     own_limits()
     server = Server(argv[2], argv[3], run, applets)
     try:
-        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
-        why = (f"its fd limit is {nofile} (its first caller's), below {MIN_NOFILE}, and cannot be raised"
-               if nofile < MIN_NOFILE else
-               "an infinite stack limit (its first caller's) gave it the legacy memory layout, which its "
-               "children would keep" if stack == resource.RLIM_INFINITY else server.setup())
+        why = server.setup()
     except OSError as e:
         why = f"setup failed: {e}"
     if why:

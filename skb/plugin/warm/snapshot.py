@@ -100,7 +100,7 @@ def first_difference(a, b):
     for x, y in zip(la + [b"(end)"] * (len(lb) - len(la)), lb + [b"(end)"] * (len(la) - len(lb))):
         if x != y:
             shown = (x[:120].decode("utf-8", "replace"), y[:120].decode("utf-8", "replace"))
-            return f"{reason(x if x != b'(end)' else y)}: launcher {shown[0]!r}, child {shown[1]!r}"
+            return f"{reason(x if x not in (b'(end)', b'') else y)}: launcher {shown[0]!r}, child {shown[1]!r}"
     return "snapshot"
 
 

@@ -1,13 +1,15 @@
-"""A spare's life before its call: prepare at SCHED_IDLE, then take a call, accepting it itself.
+"""A spare's life before its call: prepare at SCHED_IDLE, then accept a call itself.
 
 A prepared spare waits on the server's listening socket (EPOLLEXCLUSIVE: the kernel wakes one waiter per
-connection) and on its channel to the server. It accepts a launcher's connection, reads and admits the
-request as the server would, answers ACCEPTED and tells the server it has a call (CHAN_TAKEN, with the
-connection: the server reports the child's end and keeps the pool full); then adopt.Child takes the call
-on. The server's own Python work is thus not on a call's path. A status or stop request it accepts goes
-to the server (CHAN_FORWARD); a refused request is counted by the server (CHAN_COUNT); either way the
-spare, which has taken nothing on, goes back to waiting. The server hands a call over the channel
-itself (hand-off) while no spare is ready.
+connection) and on its channel to the server (which closes it when it stops). It accepts a launcher's
+connection, reads and admits the request as the server would, answers ACCEPTED and tells the server it
+has a call (CHAN_TAKEN, with the connection, its accept time and the request: the server reports the
+child's end if it is killed, and forks the next spare); then adopt.Child takes the call on. The server's
+own Python work is thus not on a call's path. A status or stop request goes to the server (CHAN_FORWARD),
+as does a connection whose request is late (a silent client never holds a spare); a refused request is
+counted by the server (CHAN_COUNT); the spare, which has taken nothing on, goes back to waiting. A child
+forked for one call the server accepted itself (no spare was ready) only waits for that call on its
+channel (serve without a listening socket).
 """
 import fcntl
 import mmap
@@ -26,13 +28,9 @@ LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a
                         # the server's to wait for (its deadlines), never a spare's
 
 
-def prepare(child, wait_ms):
-    """Wait ``wait_ms`` for a hand-off first; then rehearse the last call's values, keep the snapshot lines
-    only this process can change, fault in the learnt pages; then say READY."""
-    p = select.poll()
-    p.register(child.chan, select.POLLIN)
-    if p.poll(wait_ms):
-        return
+def prepare(child):
+    """Rehearse the last call's values, fault in the learnt pages (until the server has something to say),
+    then count as ready."""
     child.rehearse()
     # the fd table grown now to hold the call's own fds above INTERNAL_FDS (the kernel never shrinks it)
     os.close(fcntl.fcntl(child.chan.fileno(), fcntl.F_DUPFD_CLOEXEC, adopt.INTERNAL_FDS + 64))
@@ -50,7 +48,7 @@ def serve(child, server, listen_fd):
             child.take(*got)
         return
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    prepare(child, 0)
+    prepare(child)
     # Waiting, a spare runs at the usual priority: once woken by a call, it must not wait for an idle CPU.
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     ep = select.epoll()
@@ -64,12 +62,7 @@ def serve(child, server, listen_fd):
         except InterruptedError:
             continue
         for fd, ev in events:
-            if fd == child.chan.fileno():
-                got = child.wait()
-                if got is None:
-                    return
-                ep.close()
-                child.take(*got)
+            if fd == child.chan.fileno():  # (the server has nothing for a pool spare but its end)
                 return
             if ev & (select.EPOLLHUP | select.EPOLLERR):  # the server shut its socket down: it is stopping
                 return
@@ -97,7 +90,8 @@ def accept(child, server, listen_fd):
         p = select.poll()
         p.register(conn, select.POLLIN)
         if not p.poll(LATE_REQUEST_MS):  # a silent client never holds a spare
-            wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + b"?", [conn.fileno()], socket.MSG_DONTWAIT)
+            wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + b"?" + struct.pack("<d", accepted), [conn.fileno()],
+                               socket.MSG_DONTWAIT)
             conn.close()
             return None
         data, fds, truncated = wire.recv_with_fds(conn, wire.MAX_REQUEST, wire.MAX_FDS, socket.MSG_DONTWAIT,
