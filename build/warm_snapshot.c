@@ -387,15 +387,58 @@ int own_fds(int *out, int max)
 void snapshot_begin(void) { status_got = -1; }
 
 #ifdef SKB_WARM_LIB
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
 /* For the server's child (ctypes): part 0, the key part (bundle and locale: the server's); 1, the adopted
- * part. The text's length in out, or -1 (no /proc, a seccomp filter, out too small). */
-long skb_warm_snapshot(int part, const char *bundle, const char *locale, char *out, long cap)
+ * part. The text's length in out, or -1 (no /proc, a seccomp filter, out too small). With the part 0 of
+ * a call, fixed: the NFIXED fds the launcher passed (cwd, root, the namespaces), each but cwd checked to
+ * be what this process's own path names: -(100 + i) when fixed[i] is not. */
+long skb_warm_snapshot(int part, const char *bundle, const char *locale, const int *fixed, char *out, long cap)
 {
     struct msg m = {.p = out, .n = 0, .cap = (size_t)cap, .oom = 0};
+    struct stat a, b;
     snapshot_begin();
     if (!(part ? snapshot_adopted(&m, NULL, NULL, 0) : snapshot_key(&m, bundle, NULL, locale)))
         return -1;
+    for (int i = 1; !part && fixed && i < NFIXED; i++)
+        if (fstat(fixed[i], &a) || fixed_stat(NULL, i, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+            return -(100 + i);
     return (long)m.n;
+}
+
+/* Put each fds[i] at targets[i] (without close-on-exec, as an exec would keep it) and each internal[j]
+ * at or above base (close-on-exec), its new number in out[j]; close every other fd. base must be above
+ * every target. 0, or -errno (a number at or past the fd limit: EINVAL). */
+int skb_warm_place(const int *targets, const int *fds, int n, const int *internal, int m, int base, int *out)
+{
+    int tmp[MAX_FDS], keep[2 * MAX_FDS + 2], k = 0;
+    if (n > MAX_FDS || m > MAX_FDS)
+        return -E2BIG;
+    for (int j = 0; j < m; j++)
+        if ((out[j] = fcntl(internal[j], F_DUPFD_CLOEXEC, base)) < 0)
+            return -errno;
+    for (int i = 0; i < n; i++)
+        if ((tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, base)) < 0)
+            return -errno;
+    for (int i = 0; i < n; i++)
+        if (dup2(tmp[i], targets[i]) < 0)
+            return -errno;
+    for (int i = 0; i < n; i++)
+        keep[k++] = targets[i];
+    for (int j = 0; j < m; j++)
+        keep[k++] = out[j];
+    qsort(keep, (size_t)k, sizeof(int), ascending);
+    unsigned lo = 0;
+    for (int i = 0; i <= k; i++) {
+        unsigned hi = i < k ? (unsigned)keep[i] : ~0U;
+        if (hi > lo)
+            syscall(SYS_close_range, lo, hi - 1, 0);
+        if (i < k)
+            lo = (unsigned)keep[i] + 1;
+    }
+    return 0;
 }
 #endif
 

@@ -111,8 +111,11 @@ def test_child_context_is_the_exec_context(wbin, make_netns, tmp_path):
     results = {}
     for mode, extra in (("warm", {}), ("cold", COLD)):
         out = tmp_path / mode
-        script = ("p=$PPID; grep -E '^(Umask|SigBlk|SigIgn|SigCgt|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
-                  "Seccomp|Cpus_allowed_list|Uid|Gid|Groups):' /proc/$p/status; cat /proc/$p/limits; "
+        # (the signal mask: the hook's own, which is the plugin's; the plugin's own blocks every signal for an
+        # instant while it starts the hook)
+        script = ("p=$PPID; grep -E '^(Umask|SigIgn|SigCgt|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
+                  "Seccomp|Cpus_allowed_list|Uid|Gid|Groups):' /proc/$p/status; grep SigBlk /proc/self/status; "
+                  "cat /proc/$p/limits; "
                   "readlink /proc/$p/cwd /proc/$p/fd/0 /proc/$p/root; stat -L -c %F /proc/$p/fd/1 /proc/$p/fd/2; "
                   "cat /proc/$p/comm; env | sort | grep -v '^_=' ; umask; ulimit -a; "
                   "echo session $(cut -d' ' -f6 /proc/$p/stat); cat /proc/$p/autogroup 2>/dev/null")

@@ -51,16 +51,7 @@ class Refused(Exception):
 def _place(inherited, internal):
     """Put each (target number, fd) of ``inherited`` at its number, without close-on-exec, and each fd of
     ``internal`` above all of them, close-on-exec; close every other fd. Returns internal's new numbers."""
-    base = max([INTERNAL_FDS] + [t + 1 for t, _ in inherited])
-    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in internal]
-    temps = [(t, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base)) for t, fd in inherited]
-    for target, tmp in temps:
-        os.dup2(tmp, target, inheritable=True)
-    keep = sorted({t for t, _ in inherited} | set(moved))
-    for lo, hi in zip([-1] + keep, keep + [1 << 30]):
-        if hi > lo + 1:
-            os.closerange(lo + 1, hi)
-    return moved
+    return snapshot.place(inherited, internal, max([INTERNAL_FDS] + [t + 1 for t, _ in inherited]))
 
 
 def close_all_but(fds):
@@ -371,17 +362,12 @@ class Child:
         want = snapshot.fields(adopted)
         # First what can never be taken on: this process's key part, now, is the launcher's, and the
         # namespaces and root it named are the ones the kernel passed.
-        mine = snapshot.key_part(self.bundle, self.locale)
+        try:  # (and the fds it passed are the very namespaces and root of this process)
+            mine = snapshot.key_part(self.bundle, self.locale, list(fixed.values()))
+        except snapshot.Unlike as e:
+            raise Refused(str(e), key=True)
         if mine != key:
             raise Refused(snapshot.first_difference(key, mine), key=True)
-        # (the launcher's lines are ours, as just compared: the fds it passed must be those very objects)
-        named = {line.rsplit(b" ", 1)[0].decode(): line.rsplit(b" ", 1)[1]
-                 for line in key.split(b"\n") if line.startswith((b"ns ", b"root "))}
-        for name, fd in fixed.items():
-            if name != "cwd":
-                st = os.fstat(fd)
-                if b"%d:%d" % (st.st_dev, st.st_ino) != named.get(name):
-                    raise Refused(name.replace("ns ", "ns-"), key=True)
         why = limits_a_fork_cannot_honour(want.get(b"rlimits", b""))
         if why:
             raise Refused(why)

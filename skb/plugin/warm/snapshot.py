@@ -25,23 +25,58 @@ _lib = None
 _out = ctypes.create_string_buffer(1 << 16)
 
 
-def _part(which, bundle=b"", locale=b""):
+FIXED_NAMES = ("cwd", "root") + tuple("ns-" + n for n in
+                                      ("net", "mnt", "pid", "pid_for_children", "user", "uts", "ipc", "cgroup",
+                                       "time", "time_for_children"))
+
+
+class Unlike(Exception):
+    """A passed fd is not what this process's own path names (its reason: "root", "ns-net", ...)."""
+
+
+def library():
     global _lib
     if _lib is None:  # (the server loads it before it forks: its children share it)
         _lib = ctypes.CDLL(LIBRARY, use_errno=True)
-        _lib.skb_warm_snapshot.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                                           ctypes.c_long)
+        _lib.skb_warm_snapshot.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
+                                           ctypes.c_char_p, ctypes.c_long)
         _lib.skb_warm_snapshot.restype = ctypes.c_long
-    n = _lib.skb_warm_snapshot(which, bundle, locale, _out, len(_out))
+        _lib.skb_warm_place.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                        ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+    return _lib
+
+
+def _part(which, bundle=b"", locale=b"", fixed=None):
+    fds = (ctypes.c_int * len(fixed))(*fixed) if fixed else None
+    n = library().skb_warm_snapshot(which, bundle, locale, fds, _out, len(_out))
+    if n <= -100:
+        raise Unlike(FIXED_NAMES[-n - 100])
     if n < 0:
         raise OSError(ctypes.get_errno(), "this process's snapshot cannot be taken (no /proc? a seccomp filter?)")
     return _out.raw[:n]
 
 
-def key_part(bundle, locale_lines):
+def key_part(bundle, locale_lines, fixed=None):
     """This process's key part, now (with the final ``adopt`` line). ``locale_lines``: the server's locale
-    as its interpreter saw it at start-up (locale_of), not the environment's of the moment."""
-    return _part(0, os.fsencode(bundle), locale_lines)
+    as its interpreter saw it at start-up (locale_of), not the environment's of the moment. ``fixed``: the
+    fds a launcher passed (cwd, root, the namespaces), each but cwd checked to be this process's own
+    (Unlike when one is not)."""
+    return _part(0, os.fsencode(bundle), locale_lines, fixed)
+
+
+def place(inherited, internal, base):
+    """Put each (target number, fd) of ``inherited`` at its number, without close-on-exec, and each fd of
+    ``internal`` at or above ``base``, close-on-exec; close every other fd. Returns internal's new numbers;
+    OSError (EINVAL: a number at or past this process's fd limit)."""
+    n, m = len(inherited), len(internal)
+    targets = (ctypes.c_int * max(n, 1))(*(t for t, _ in inherited))
+    fds = (ctypes.c_int * max(n, 1))(*(f for _, f in inherited))
+    inner = (ctypes.c_int * max(m, 1))(*internal)
+    out = (ctypes.c_int * max(m, 1))()
+    rc = library().skb_warm_place(targets, fds, n, inner, m, base, out)
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc))
+    return list(out[:m])
 
 
 def adopted_part():
@@ -51,7 +86,7 @@ def adopted_part():
 
 def load():
     """Load the library now (the server, before it forks)."""
-    _part(1)
+    library()
 
 
 def locale_of(environ):
