@@ -1,4 +1,5 @@
-"""host-local's configuration: the reference plugin's keys, parsed into ranges and range sets.
+"""host-local's configuration: the reference plugin's keys, declared once and decoded with Go's rules
+(skb.cni.netconf), then made into ranges and range sets.
 
 Range sets, in the reference's order: ``runtimeConfig.ipRanges`` first, then the legacy single range
 (``ipam.subnet`` with ``rangeStart``/``rangeEnd``/``gateway``), then ``ipam.ranges``. One address is
@@ -7,13 +8,18 @@ allocated per range set, and a set's index in that list names its ``last_reserve
 Stricter than the reference, with messages naming the range: a gateway outside its subnet or of the
 other family, ranges that overlap, a rangeStart after its rangeEnd. Requested addresses come from
 ``CNI_ARGS`` ``IP=``, ``args.cni.ips`` and ``runtimeConfig.ips`` (all honoured, prefixes dropped).
+DEL and GC read only ``ipam.dataDir``: a configuration whose ranges became invalid must not block them.
 """
 from skb.cni import netconf as cfg
 from skb.cni.addr import IP, Net
 from skb.cni.env import parse_cni_args
 from skb.cni.errors import CNIError, INVALID_CONFIG
+from skb.cni.netconf import INT, PATH, RAW, STR, Key, list_of, obj
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
+# The commands that read the ranges (and every other key ADD reads: CHECK and STATUS check the
+# configuration ADD would use); DEL and GC read only the store's location.
+_RANGES = ("ADD", "CHECK", "STATUS")
 
 
 class Range:
@@ -65,54 +71,22 @@ class RangeSet:
         return ",".join(str(r) for r in self.ranges)
 
 
-class IPAMConfig:
-    __slots__ = ("name", "range_sets", "routes", "data_dir", "resolv_conf", "requested", "_starts", "_spans")
-
-    def __init__(self, name, range_sets, routes, data_dir, resolv_conf, requested):
-        self.name = name
-        self.range_sets = range_sets
-        self.routes = routes
-        self.data_dir = data_dir
-        self.resolv_conf = resolv_conf
-        self.requested = requested
-        self._starts = None
-
-    def range_set_for(self, ip):
-        """The range set with a range holding ``ip``, or None: a bisection over every range (ranges of
-        different sets, and of one set, are disjoint), not a walk over every set."""
-        import bisect
-        if self._starts is None:
-            spans = sorted((r.start.family, r.start.value, r.end.value, rs) for rs in self.range_sets
-                           for r in rs.ranges)
-            self._starts = [(f, v) for f, v, _e, _rs in spans]
-            self._spans = spans
-        i = bisect.bisect_right(self._starts, (ip.family, ip.value)) - 1
-        if i >= 0:
-            family, _start, end, rs = self._spans[i]
-            if family == ip.family and ip.value <= end:
-                return rs
-        return None
-
-
 def _bad(where, what, fix=""):
     return CNIError(INVALID_CONFIG, f"invalid range {where}: {what}", fix)
 
 
-def _addr_field(obj, key, where):
-    s = cfg.get(obj, key, str, where)
-    if not s:
+def _addr_field(text, key, where):
+    if not text:
         return None
-    ip = IP.parse(s)
+    ip = IP.parse(text)
     if ip is None:
-        raise _bad(where, f"{key} {s!r} is not an IP address")
+        raise _bad(where, f"{key} {text!r} is not an IP address")
     return ip
 
 
-def parse_range(obj, where):
-    if not isinstance(obj, dict):
-        raise CNIError(INVALID_CONFIG, f"invalid field {where}: expected an object with a subnet",
-                       'e.g. {"subnet": "10.1.0.0/24"}')
-    text = cfg.get(obj, "subnet", str, where, required=True)
+def parse_range(rc, where):
+    """The Range of a decoded ``RangeConf`` found at path ``where``."""
+    text = rc.subnet
     subnet = Net.parse(text)
     if subnet is None:
         raise _bad(where, f"subnet {text!r} is not a network in CIDR notation", 'e.g. "10.1.0.0/24" or "fd00::/64"')
@@ -122,9 +96,9 @@ def parse_range(obj, where):
     if subnet.prefixlen > subnet.ip.bits - 2:
         raise _bad(where, f"Network {subnet} too small to allocate from",
                    f"use at most /{subnet.ip.bits - 2} (a /{subnet.prefixlen} leaves no address to hand out)")
-    start = _addr_field(obj, "rangeStart", where)
-    end = _addr_field(obj, "rangeEnd", where)
-    gateway = _addr_field(obj, "gateway", where)
+    start = _addr_field(rc.range_start, "rangeStart", where)
+    end = _addr_field(rc.range_end, "rangeEnd", where)
+    gateway = _addr_field(rc.gateway, "gateway", where)
     for key, ip in (("rangeStart", start), ("rangeEnd", end)):
         if ip is not None and ip not in subnet:
             raise _bad(where, f"{key} {ip} not in network {subnet}")
@@ -146,14 +120,11 @@ def parse_range(obj, where):
     return Range(subnet, start, end, gateway, where)
 
 
-def _parse_range_set(obj, index, where):
-    if not isinstance(obj, list):
-        raise CNIError(INVALID_CONFIG, f"invalid field {where}: expected a list of ranges",
-                       'each range set is a list, e.g. "ranges": [[{"subnet": "10.1.0.0/24"}]]')
-    if not obj:
+def _parse_range_set(confs, index, where):
+    if not confs:
         raise CNIError(INVALID_CONFIG, f"invalid range set {where}: empty range set", "give it at least one range")
     # The legacy single range's keys sit on the ipam object itself: name it "ipam", not "ipam[0]".
-    ranges = [parse_range(r, where if where == "ipam" else f"{where}[{i}]") for i, r in enumerate(obj)]
+    ranges = [parse_range(rc, where if where == "ipam" else f"{where}[{i}]") for i, rc in enumerate(confs)]
     for r in ranges[1:]:
         if r.subnet.family != ranges[0].subnet.family:
             raise CNIError(INVALID_CONFIG, f"invalid range set {where}: mixed address families",
@@ -197,78 +168,164 @@ def _sets_disjoint(range_sets):
         stack.append((family, -neg_last, index, r))
 
 
-def _requested(conf, args_raw, where_ipam):
-    ips = []
-
-    def add(text, source):
-        ip = IP.parse(text.split("/", 1)[0]) if isinstance(text, str) else None
-        if ip is None:
-            raise CNIError(INVALID_CONFIG, f"invalid requested IP {text!r} in {source}",
-                           "requested addresses are IP addresses, optionally with a /prefix")
-        if ip not in ips:
-            ips.append(ip)
-
-    env_args = parse_cni_args(args_raw, {"IP": str})
-    if env_args.get("IP"):
-        add(env_args["IP"], "CNI_ARGS IP=")
-    cni_args = conf.args.get("cni") if isinstance(conf.args, dict) else None
-    if isinstance(cni_args, dict):
-        for i, ip in enumerate(cfg.get(cni_args, "ips", list, "args.cni", default=[])):
-            add(ip, f"args.cni.ips[{i}]")
-    for i, ip in enumerate(cfg.get(conf.runtime_config, "ips", list, "runtimeConfig", default=[])):
-        add(ip, f"runtimeConfig.ips[{i}]")
-    return ips
+def _requested_ip(text, source, ips):
+    ip = IP.parse(text.split("/", 1)[0]) if isinstance(text, str) else None
+    if ip is None:
+        raise CNIError(INVALID_CONFIG, f"invalid requested IP {text!r} in {source}",
+                       "requested addresses are IP addresses, optionally with a /prefix")
+    if ip not in ips:
+        ips.append(ip)
 
 
-def _routes(ipam):
-    out = []
-    for i, r in enumerate(cfg.get(ipam, "routes", list, "ipam", default=[])):
-        where = f"ipam.routes[{i}]"
-        if not isinstance(r, dict):
-            raise CNIError(INVALID_CONFIG, f"invalid field {where}: expected an object", 'e.g. {"dst": "0.0.0.0/0"}')
-        dst = cfg.get(r, "dst", str, where, required=True)
-        if Net.parse(dst) is None:
-            raise CNIError(INVALID_CONFIG, f"invalid field {where}.dst: {dst!r} is not a network in CIDR notation")
-        gw = cfg.get(r, "gw", str, where)
-        if gw and IP.parse(gw) is None:
-            raise CNIError(INVALID_CONFIG, f"invalid field {where}.gw: {gw!r} is not an IP address")
-        out.append(r)
-    return out
+# --------------------------------------------------------------------------------------------------
+# the keys, as the reference declares them
+
+_U32, _U8 = 0xFFFFFFFF, 0xFF
 
 
-def parse(conf, args_raw, command):
-    """Parse ``conf`` (skb.cni.netconf.NetConf) for ``command``. STATUS and GC have no CNI_ARGS to honour."""
-    try:
-        ipam = cfg.lookup(conf.raw, "ipam")
-    except KeyError:
-        ipam = None
-    if not isinstance(ipam, dict):
-        raise CNIError(INVALID_CONFIG, "IPAM config missing 'ipam' key",
-                       'host-local reads its settings from the "ipam" object, e.g. "ipam": {"type": "host-local", '
-                       '"ranges": [[{"subnet": "10.1.0.0/24"}]]}')
-    sets = []
-    for i, rs in enumerate(cfg.get(conf.runtime_config, "ipRanges", list, "runtimeConfig", default=[])):
-        sets.append((rs, f"runtimeConfig.ipRanges[{i}]"))
-    if cfg.get(ipam, "subnet", str, "ipam"):
-        legacy = {k: ipam[k] for k in ("subnet", "rangeStart", "rangeEnd", "gateway") if k in ipam}
-        sets.append(([legacy], "ipam"))
-    for i, rs in enumerate(cfg.get(ipam, "ranges", list, "ipam", default=[])):
-        sets.append((rs, f"ipam.ranges[{i}]"))
-    if not sets:
-        raise CNIError(INVALID_CONFIG, "no IP ranges specified",
-                       'add "ranges": [[{"subnet": "10.1.0.0/24"}]] (or "subnet") to the ipam object')
-    range_sets = [_parse_range_set(rs, i, where) for i, (rs, where) in enumerate(sets)]
-    _sets_disjoint(range_sets)
-    if conf.cni_version in ("0.1.0", "0.2.0"):
-        fams = [rs.family for rs in range_sets]
-        if fams.count(4) > 1 or fams.count(6) > 1:
-            raise CNIError(INVALID_CONFIG,
-                           f"CNI version {conf.cni_version} does not support more than 1 address per family",
-                           "use cniVersion 0.3.0 or later for several range sets of one family")
-    requested = _requested(conf, args_raw, "ipam") if command in ("ADD", "DEL", "CHECK") else []
-    data_dir = cfg.get_path(ipam, "dataDir", "ipam", DEFAULT_DATA_DIR)
-    return IPAMConfig(conf.name, range_sets, _routes(ipam), data_dir,
-                      cfg.get_path(ipam, "resolvConf", "ipam"), requested)
+class RangeConf(cfg.Conf):
+    """One range: ``{"subnet": ..., "rangeStart": ..., "rangeEnd": ..., "gateway": ...}``."""
+    KEYS = (Key("subnet", "subnet", STR, required=True), Key("rangeStart", "range_start", STR, default=""),
+            Key("rangeEnd", "range_end", STR, default=""), Key("gateway", "gateway", STR, default=""))
+    __slots__ = tuple(k.attr for k in KEYS)
+
+
+_RANGE_SETS = list_of(list_of(obj(RangeConf), "a list of ranges"))
+
+
+class RouteConf(cfg.Conf):
+    """One of ``ipam.routes``, as Go's types.Route reads it."""
+    KEYS = (Key("dst", "dst", STR, required=True), Key("gw", "gw", STR, default=""),
+            Key("mtu", "mtu", INT, default=0), Key("advmss", "advmss", INT, default=0),
+            Key("priority", "priority", INT, default=0), Key("table", "table", INT),
+            Key("scope", "scope", INT))
+    __slots__ = tuple(k.attr for k in KEYS)
+
+    def check(self, decoding, where):
+        if Net.parse(self.dst) is None:
+            raise CNIError(INVALID_CONFIG, f"invalid field {where}.dst: {self.dst!r} is not a network in CIDR notation")
+        if self.gw and IP.parse(self.gw) is None:
+            raise CNIError(INVALID_CONFIG, f"invalid field {where}.gw: {self.gw!r} is not an IP address")
+        for key, top in (("mtu", _U32), ("advmss", _U32), ("priority", _U32), ("table", _U32), ("scope", _U8)):
+            value = getattr(self, key)
+            if value is not None and not 0 <= value <= top:
+                raise CNIError(INVALID_CONFIG, f"invalid field {where}.{key}: {value} is out of range (0 to {top})")
+
+
+class IPAMConf(cfg.Conf):
+    """The ``ipam`` object: the store's location for every command, the ranges for those that read them."""
+    KEYS = (Key("type", "type", STR, default=""),
+            Key("dataDir", "data_dir", PATH, default=""),
+            Key("resolvConf", "resolv_conf", PATH, default="", commands=_RANGES),
+            Key("routes", "routes", list_of(obj(RouteConf)), default=(), commands=_RANGES),
+            Key("ranges", "ranges", _RANGE_SETS, default=(), commands=_RANGES),
+            Key("subnet", "subnet", STR, default="", commands=_RANGES),
+            Key("rangeStart", "range_start", STR, default="", commands=_RANGES),
+            Key("rangeEnd", "range_end", STR, default="", commands=_RANGES),
+            Key("gateway", "gateway", STR, default="", commands=_RANGES))
+    __slots__ = tuple(k.attr for k in KEYS)
+
+    @property
+    def store_dir(self):
+        """``dataDir``, or its default when absent or empty."""
+        return self.data_dir or DEFAULT_DATA_DIR
+
+    def legacy_range(self):
+        """The single range written on the ipam object itself (``subnet`` ...), as a RangeConf; None without."""
+        if not self.subnet:
+            return None
+        rc = RangeConf.__new__(RangeConf)
+        for attr in RangeConf.__slots__:
+            cfg.set_attr(rc, attr, getattr(self, attr))
+        return rc
+
+
+class RuntimeConf(cfg.Conf):
+    """``runtimeConfig``: the ``ipRanges`` and ``ips`` capabilities."""
+    KEYS = (Key("ipRanges", "ip_ranges", _RANGE_SETS, default=(), commands=_RANGES),
+            Key("ips", "ips", list_of(RAW), default=(), commands=("ADD", "CHECK")))
+    __slots__ = tuple(k.attr for k in KEYS)
+
+
+class CNIArgs(cfg.Conf):
+    KEYS = (Key("ips", "ips", list_of(RAW), default=(), commands=("ADD", "CHECK")),)
+    __slots__ = ("ips",)
+
+
+class ArgsConf(cfg.Conf):
+    """``args``: host-local reads ``args.cni.ips``."""
+    KEYS = (Key("cni", "cni", obj(CNIArgs, resets=True)),)
+    __slots__ = ("cni",)
+
+
+class HostLocalConf(cfg.NetConf):
+    """host-local's configuration; ``range_sets`` (for ADD, CHECK and STATUS) are made from its ranges."""
+    KEYS = (Key("ipam", "ipam", obj(IPAMConf, resets=True)),
+            Key("runtimeConfig", "runtime_config", obj(RuntimeConf)),
+            Key("args", "args", obj(ArgsConf, resets=True)))
+    __slots__ = ("ipam", "runtime_config", "args", "range_sets", "_spans")
+
+    def check(self, decoding, where):
+        if self.ipam is None:
+            raise CNIError(INVALID_CONFIG, "IPAM config missing 'ipam' key",
+                           'host-local reads its settings from the "ipam" object, e.g. "ipam": {"type": '
+                           '"host-local", "ranges": [[{"subnet": "10.1.0.0/24"}]]}')
+        cfg.set_attr(self, "_spans", None)
+        if decoding.command in _RANGES:
+            cfg.set_attr(self, "range_sets", self._range_sets())
+
+    def _range_sets(self):
+        ipam, runtime = self.ipam, self.runtime_config
+        sets = []
+        for i, rs in enumerate(runtime.ip_ranges if runtime is not None else ()):
+            sets.append((rs, f"runtimeConfig.ipRanges[{i}]"))
+        legacy = ipam.legacy_range()
+        if legacy is not None:
+            sets.append(([legacy], "ipam"))
+        for i, rs in enumerate(ipam.ranges):
+            sets.append((rs, f"ipam.ranges[{i}]"))
+        if not sets:
+            raise CNIError(INVALID_CONFIG, "no IP ranges specified",
+                           'add "ranges": [[{"subnet": "10.1.0.0/24"}]] (or "subnet") to the ipam object')
+        range_sets = [_parse_range_set(rs, i, where) for i, (rs, where) in enumerate(sets)]
+        _sets_disjoint(range_sets)
+        if self.cni_version in ("0.1.0", "0.2.0"):
+            fams = [rs.family for rs in range_sets]
+            if fams.count(4) > 1 or fams.count(6) > 1:
+                raise CNIError(INVALID_CONFIG,
+                               f"CNI version {self.cni_version} does not support more than 1 address per family",
+                               "use cniVersion 0.3.0 or later for several range sets of one family")
+        return range_sets
+
+    def requested(self, cni_args):
+        """The addresses asked for (ADD, CHECK): CNI_ARGS ``IP=``, ``args.cni.ips``, ``runtimeConfig.ips``."""
+        ips = []
+        env_args = parse_cni_args(cni_args, {"IP": str})
+        if env_args.get("IP"):
+            _requested_ip(env_args["IP"], "CNI_ARGS IP=", ips)
+        cni = self.args.cni if self.args is not None else None
+        for i, ip in enumerate(cni.ips if cni is not None else ()):
+            _requested_ip(ip, f"args.cni.ips[{i}]", ips)
+        for i, ip in enumerate(self.runtime_config.ips if self.runtime_config is not None else ()):
+            _requested_ip(ip, f"runtimeConfig.ips[{i}]", ips)
+        return ips
+
+    def range_set_for(self, ip):
+        """The range set with a range holding ``ip``, or None: a bisection over every range (ranges of
+        different sets, and of one set, are disjoint), not a walk over every set."""
+        # Local import: bisect (and _bisect) only for an ADD that places a requested or held address.
+        import bisect
+        if self._spans is None:
+            spans = sorted((r.start.family, r.start.value, r.end.value, rs) for rs in self.range_sets
+                           for r in rs.ranges)
+            cfg.set_attr(self, "_spans", (spans, [(f, v) for f, v, _e, _rs in spans]))
+        spans, starts = self._spans
+        i = bisect.bisect_right(starts, (ip.family, ip.value)) - 1
+        if i >= 0:
+            family, _start, end, rs = spans[i]
+            if family == ip.family and ip.value <= end:
+                return rs
+        return None
 
 
 # resolv.conf is a few lines (glibc reads at most 3 nameservers, 6 search domains); the bound keeps a
@@ -279,7 +336,7 @@ RESOLV_CONF_LIMIT = 1 << 20
 def read_resolv_conf(path):
     """The reference's resolv.conf reading: nameserver, domain, search, options lines; comments skipped.
     The file is opened safely (a regular file only, never a FIFO or a device) and read with a bound."""
-    from skb.linux import files
+    from skb.linux import files     # only for a configuration with resolvConf
     data = files.read_regular(path, "ipam.resolvConf", RESOLV_CONF_LIMIT,
                               "point resolvConf at a readable resolv.conf file, or remove it")
     lines = data.decode("utf-8", "replace").splitlines()

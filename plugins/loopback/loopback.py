@@ -5,6 +5,8 @@ CHECK verifies ``lo`` is up and carries only loopback addresses. DEL sets ``lo``
 plugin, but only in a namespace that is provably the container's (see ``skb.linux.guard``): never in the node's
 own, whatever path names it. CNI_IFNAME is validated but ignored (CRI sends ``lo``, podman ``eth0``).
 """
+import os
+
 from skb.linux import guard
 from skb.linux import netns
 from skb.plugin import skel
@@ -29,7 +31,8 @@ def _lo_addresses(nl, lo, where):
     return found
 
 
-def cmd_add(args, conf):
+def cmd_add(call):
+    args, conf = call.args, call.conf
     prev = parse_prev_result(conf.cni_version, conf.prev_result) if conf.prev_result is not None else None
     ns = guard.open_target(args)
     with ns, netns.enter(ns):
@@ -38,6 +41,9 @@ def cmd_add(args, conf):
             lo = nl.link_get("lo")
             if not lo.flags & _IFF_UP:
                 nl.link_set_up(lo.index)
+                # Undone if the answer cannot be delivered: lo as it was found. The undo holds its own
+                # descriptor of the namespace (this one is closed when the verb returns).
+                call.undo.push("set lo down again", _set_lo_down, netns.NetNS(args.netns, os.dup(ns.fd)))
             addrs = _lo_addresses(nl, lo, args.netns)
     if prev is not None:
         return prev
@@ -49,7 +55,17 @@ def cmd_add(args, conf):
                   ips=[IPConfig(addr, interface=0) for addr in first.values()])
 
 
-def cmd_check(args, conf):
+def _set_lo_down(ns):
+    """lo DOWN in ``ns`` (closed afterwards), as DEL leaves it; nothing when it is down already."""
+    with ns, netns.enter(ns):
+        with RtNetlink(label=ns.path) as nl:
+            lo = nl.link_get("lo")
+            if lo.flags & _IFF_UP:
+                nl.link_set_down(lo.index)
+
+
+def cmd_check(call):
+    args = call.args
     ns = guard.open_target(args)
     with ns, netns.enter(ns):
         with RtNetlink(label=args.netns) as nl:
@@ -60,20 +76,19 @@ def cmd_check(args, conf):
             _lo_addresses(nl, lo, args.netns)
 
 
-def cmd_del(args, conf):
+def cmd_del(call):
+    args = call.args
     ns = guard.open_target(args)
-    if ns is None:
-        return
-    with ns, netns.enter(ns):
-        with RtNetlink(label=args.netns) as nl:
-            lo = nl.link_get("lo")
-            if lo.flags & _IFF_UP:
-                nl.link_set_down(lo.index)
+    if ns is not None:
+        _set_lo_down(ns)
+
+
+def _nothing(call):
+    return None
 
 
 PLUGIN = skel.Plugin("loopback", "brings lo up in the container's network namespace",
-                     add=cmd_add, delete=cmd_del, check=cmd_check,
-                     status=lambda args, conf: None, gc=lambda args, conf: None)
+                     add=cmd_add, delete=cmd_del, check=cmd_check, status=_nothing, gc=_nothing)
 
 
 def main(argv=None):

@@ -22,6 +22,13 @@ _REQUIRED = {
 }
 
 
+# Runtimes name containers with 64 hex digits (containerd, CRI-O, podman). ADD and CHECK refuse an id
+# longer than this, before anything is applied: every record keyed by the id must hold it whole, or a DEL
+# could not match what its ADD made (host-local reads its reservation files with a 4 KiB bound; ptp's
+# masquerade comments hold the id). DEL accepts any length: it must never block cleanup.
+MAX_CONTAINER_ID = 1024
+
+
 class MissingCommand(Exception):
     """CNI_COMMAND is unset: a person ran the plugin by hand; the dispatcher prints what it is."""
 
@@ -65,9 +72,14 @@ def from_environ(environ):
             raise MissingCommand()
         raise CNIError(INVALID_ENV, f"required env variables [{','.join(missing)}] missing",
                        f"CNI_COMMAND={command} needs {', '.join(required)} set and non-empty")
+    cid = environ.get("CNI_CONTAINERID", "")
+    if len(cid) > MAX_CONTAINER_ID and command in (ADD, CHECK):
+        raise CNIError(INVALID_ENV, f"CNI_CONTAINERID is longer than {MAX_CONTAINER_ID} characters",
+                       f"it has {len(cid)}; container ids are at most {MAX_CONTAINER_ID} characters (runtimes use "
+                       "64 hex digits)")
     override = environ.get("CNI_NETNS_OVERRIDE", "").lower() in ("1", "true")
     path = [p for p in environ.get("CNI_PATH", "").split(":") if p]
-    return CmdArgs(command, environ.get("CNI_CONTAINERID", ""), environ.get("CNI_NETNS", ""),
+    return CmdArgs(command, cid, environ.get("CNI_NETNS", ""),
                    environ.get("CNI_IFNAME", ""), environ.get("CNI_ARGS", ""), path, override)
 
 

@@ -19,7 +19,7 @@ spawner is a parameter, so the protocol layer does not depend on the Linux layer
 import os
 
 from skb.cni import jsonio
-from skb.cni.errors import CNIError, INVALID_CONFIG
+from skb.cni.errors import CNIError, INVALID_CONFIG, go_quote  # (re-exported: the skb command quotes with it)
 from skb.cni.netconf import lookup_default  # a struct field as Go's decoder finds it
 
 __all__ = ["PluginNotFound", "PluginFailed", "ResultUnreadable", "check_name", "find_in_path", "environ", "exit_text",
@@ -129,11 +129,6 @@ def json_kind(v):
     return "object"
 
 
-def go_quote(s):
-    """Go's %q of a string, close enough for messages (a JSON string, UTF-8 kept)."""
-    return jsonio.dumps(s)
-
-
 def plugin_error(stdout, stderr, how):
     """libcni's pluginErr: the error a failed plugin reported (its code, msg and details) or, without
     an error object on stdout, one describing its output. ``how`` is ``exit_text`` of its end. The code
@@ -141,7 +136,7 @@ def plugin_error(stdout, stderr, how):
     if not stdout:
         if not stderr:
             return CNIError(0, f"netplugin failed with no error message: {how}")
-        return CNIError(0, f"netplugin failed: {go_quote(stderr.decode(errors='replace'))}: {how}")
+        return CNIError(0, f"netplugin failed: {go_quote(stderr.decode(errors='surrogateescape'))}: {how}")
     try:
         obj = jsonio.loads(stdout)
         if obj is None:
@@ -156,7 +151,7 @@ def plugin_error(stdout, stderr, how):
                 raise ValueError(f"json: cannot unmarshal {json_kind(v)} into Go struct field Error.{k} of type string")
     except ValueError as e:
         return CNIError(0, f"netplugin failed but error parsing its diagnostic message "
-                           f"{go_quote(stdout.decode(errors='replace'))}: {e}")
+                           f"{go_quote(stdout.decode(errors='surrogateescape'))}: {e}")
     return CNIError(code or 0, msg or "", details or "")
 
 

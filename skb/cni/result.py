@@ -1,50 +1,21 @@
 """CNI results: read any version's result JSON, hold it in the 1.1.0 shape, write it in any version.
 
 Objects in, plain dicts and lists out: ``parse_result`` takes what a JSON decoder produced, ``to_dict``
-returns what a JSON encoder takes. Loaded on every plugin call, so it imports only ``_socket`` (to check
-and canonicalise addresses) and ``skb.cni.errors``.
-
-The conversion rules are Go's (``pkg/types/{020,040,100}``, see docs/REFERENCE.md#result-conversion). Decisions where the
-spec, Go or our strictness differ:
-
-* One internal shape (1.1.0). 1.0.0 and 1.1.0 share it, as in Go: interface ``mtu``/``socketPath``/``pciID``
-  survive into 1.0.0 output; they are dropped below 1.0.0. Route extras (``mtu``, ``advmss``,
-  ``priority``, ``table``, ``scope``) are written for 0.3.0-1.1.0 (Go shares one route type) and dropped
-  for 0.1.0/0.2.0, which keep only ``dst`` and ``gw``.
-* Values: empty strings and a zero ``mtu``/``advmss``/``priority`` mean "absent" (Go's omitempty), so they
-  become None; ``table``, ``scope`` and ``ips[].interface`` keep an explicit 0. An empty DNS is None.
-  Addresses keep their host bits; IPv6 is written compressed and lower-case as Go does; an IPv4-mapped
-  IPv6 address becomes IPv4 as in Go (a mapped prefix shorter than /96 is refused: Go would turn it
-  into a meaningless /0). DNS strings are checked for type only (resolv.conf may hold ``fe80::1%eth0``).
-* Keys are matched case-insensitively, last one wins, like Go's decoder; unknown keys are dropped.
-* Stricter than Go: wrong JSON types, integers that are negative or out of range (32 bits; ``scope``
-  8 bits), an interface without a name, a 0.3/0.4 ``version`` that contradicts its address, ``ip4``
-  holding IPv6 (or the reverse) and a 0.1/0.2 route filed under the other family are errors (code 6)
-  naming the field. Go would accept most of them and misbehave later.
-* A 0.3/0.4 IP entry with no ``version`` (Go's own loopback writes those for 0.3.1) takes its family
-  from the address, also when converting to 0.1/0.2 (Go would drop it there).
-* Writing 0.1.0/0.2.0 needs an IP address: otherwise msg ``cannot convert: no valid IP addresses``
-  exactly as Go's plugins word it, with details naming the version, but code 1 (the config's version
-  cannot express the result) where Go says 999: every error we print carries a spec code. This check applies
-  to every result written as 0.1/0.2 (Go skips it for a 0.2 result written back as 0.2, but our plugins
-  always build 1.x results, as Go's do).
-* A 0.3.0 result's ``ip`` list (the 0.3.0 spec text's name) is ignored, as in Go.
-* Error codes: malformed content is 6 (DECODE); an unknown or mismatched version is 1
-  (INCOMPATIBLE_VERSION); bad values given to the constructors are 7 (INVALID_CONFIG: they usually come
-  from the network configuration).
-
-Values are immutable and hashable; derive changed copies with ``replace(field=...)``.
+returns what a JSON encoder takes, its keys in the order Go writes them (the tables ``_ORDER``). Loaded
+on every plugin call, so it imports only ``_socket`` (to check and canonicalise addresses) and the
+protocol's own modules. The conversion rules are Go's, and where our strictness differs from Go is
+written in docs/REFERENCE.md#result-conversion. Values are immutable and hashable; derive changed copies
+with ``replace(field=...)``.
 """
 
 from skb.cni.addr import parse_text as _ip
-from skb.cni.netconf import LATEST, SUPPORTED_VERSIONS  # one list of versions for the suite
+from skb.cni.netconf import fold
 from skb.cni.errors import CNIError, DECODE, INCOMPATIBLE_VERSION, INVALID_CONFIG
-
-# Go's result packages: a result can be read only by its family's parser (docs/REFERENCE.md#version-families).
-_FAMILY = {"0.1.0": "020", "0.2.0": "020", "0.3.0": "040", "0.3.1": "040", "0.4.0": "040",
-           "1.0.0": "100", "1.1.0": "100"}
-_FAMILY_MEMBERS = {"020": "0.1.0, 0.2.0", "040": "0.3.0, 0.3.1, 0.4.0", "100": "1.0.0, 1.1.0"}
-_SUPPORTED_TEXT = ", ".join(SUPPORTED_VERSIONS)
+from skb.cni.errors import describe as _describe, quote as _quote
+# One list of versions for the suite; parse_version and version_family are re-exported for the skb command.
+from skb.cni.versions import (FAMILY as _FAMILY, FAMILY_MEMBERS as _FAMILY_MEMBERS, LATEST,  # noqa: F401
+                              SUPPORTED_TEXT as _SUPPORTED_TEXT, SUPPORTED_VERSIONS, parse_version,
+                              version_family, version_tuple)
 
 _U32 = 0xFFFFFFFF
 _U8 = 0xFF
@@ -53,69 +24,7 @@ _IP_EXAMPLE = '(expected e.g. "10.1.0.1" or "fd00::1")'
 
 
 # ---------------------------------------------------------------------------------------------------
-# versions (docs/REFERENCE.md#version-negotiation)
-
-def parse_version(s):
-    """``"1.1"`` -> ``(1, 1, 0)``, as Go's ``version.ParseVersion``: up to three integer parts (optional
-    sign, ASCII digits), missing parts are 0, ``""`` is 0.1.0. Anything else is a code-6 CNIError."""
-    if not isinstance(s, str):
-        raise CNIError(DECODE, f"invalid version: expected a string, found {_describe(s)}",
-                       'a CNI version looks like "1.1.0"')
-    if s == "":
-        return (0, 1, 0)
-    parts = s.split(".")
-    if len(parts) > 3:
-        raise CNIError(DECODE, f"invalid version {_quote(s)}: too many parts",
-                       'a CNI version has at most three dot-separated numbers, e.g. "1.1.0"')
-    out = [0, 0, 0]
-    for i, part in enumerate(parts):
-        digits = part[1:] if part[:1] in ("+", "-") else part
-        if not (digits.isascii() and digits.isdigit()):
-            raise CNIError(DECODE, f"invalid version {_quote(s)}: {_quote(part)} is not an integer",
-                           'a CNI version has at most three dot-separated numbers, e.g. "1.1.0"')
-        out[i] = -int(digits) if part[0] == "-" else int(digits)
-    return tuple(out)
-
-
-version_tuple = parse_version
-
-
-def version_family(v):
-    """The result family of a supported version: ``"020"``, ``"040"`` or ``"100"`` (``""`` is 0.1.0)."""
-    family = _FAMILY.get(v or "0.1.0") if v is None or isinstance(v, str) else None
-    if family is None:
-        raise CNIError(INCOMPATIBLE_VERSION, f"unsupported CNI version {_describe(v)}",
-                       f"supported versions: {_SUPPORTED_TEXT}")
-    return family
-
-
-# ---------------------------------------------------------------------------------------------------
 # field checks shared by the parser (JSON paths, code 6) and the constructors (Class.field, code 7)
-
-def _quote(s):
-    if len(s) > 80:
-        s = s[:77] + "..."
-    return '"' + "".join(c if c.isprintable() and c not in '"\\' else
-                         ("\\" + c if c in '"\\' else f"\\u{ord(c):04x}") for c in s) + '"'
-
-
-def _describe(v):
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int) and v.bit_length() > 64:
-        return "a number too large for 64 bits"
-    if isinstance(v, (int, float)):
-        return f"the number {v!r}"
-    if isinstance(v, str):
-        return f"the string {_quote(v)}"
-    if isinstance(v, dict):
-        return "an object"
-    if isinstance(v, (list, tuple)):
-        return "a list"
-    return type(v).__name__
-
 
 def _wrong(path, expected, v, code):
     return CNIError(code, f"{path}: expected {expected}, found {_describe(v)}")
@@ -262,29 +171,6 @@ class Interface(_Value):
         _set(self, "socket_path", _text(socket_path, "Interface.socket_path", INVALID_CONFIG))
         _set(self, "pci_id", _text(pci_id, "Interface.pci_id", INVALID_CONFIG))
 
-    def _dict100(self):  # Go 1.x sorts keys
-        out = {}
-        if self.mac is not None:
-            out["mac"] = self.mac
-        if self.mtu is not None:
-            out["mtu"] = self.mtu
-        out["name"] = self.name
-        if self.pci_id is not None:
-            out["pciID"] = self.pci_id
-        if self.sandbox is not None:
-            out["sandbox"] = self.sandbox
-        if self.socket_path is not None:
-            out["socketPath"] = self.socket_path
-        return out
-
-    def _dict040(self):
-        out = {"name": self.name}
-        if self.mac is not None:
-            out["mac"] = self.mac
-        if self.sandbox is not None:
-            out["sandbox"] = self.sandbox
-        return out
-
 
 class IPConfig(_Value):
     """``ips[]``: ``address`` is ``ip/prefix`` with host bits kept; ``interface`` indexes
@@ -311,22 +197,10 @@ class IPConfig(_Value):
     def prefixlen(self):
         return int(self.address.partition("/")[2])
 
-    def _dict100(self):
-        out = {"address": self.address}
-        if self.gateway is not None:
-            out["gateway"] = self.gateway
-        if self.interface is not None:
-            out["interface"] = self.interface
-        return out
-
-    def _dict040(self):
-        out = {"version": "6" if ":" in self.address else "4"}
-        if self.interface is not None:
-            out["interface"] = self.interface
-        out["address"] = self.address
-        if self.gateway is not None:
-            out["gateway"] = self.gateway
-        return out
+    @property
+    def version(self):
+        """ "4" or "6", as a 0.3/0.4 result writes it."""
+        return "6" if ":" in self.address else "4"
 
 
 class Route(_Value):
@@ -349,45 +223,6 @@ class Route(_Value):
         """4 or 6: the family of ``dst``."""
         return 6 if ":" in self.dst else 4
 
-    def _dict100(self):  # Go 1.x sorts keys
-        out = {}
-        if self.advmss is not None:
-            out["advmss"] = self.advmss
-        out["dst"] = self.dst
-        if self.gw is not None:
-            out["gw"] = self.gw
-        if self.mtu is not None:
-            out["mtu"] = self.mtu
-        if self.priority is not None:
-            out["priority"] = self.priority
-        if self.scope is not None:
-            out["scope"] = self.scope
-        if self.table is not None:
-            out["table"] = self.table
-        return out
-
-    def _dict040(self):  # Go's struct order
-        out = {"dst": self.dst}
-        if self.gw is not None:
-            out["gw"] = self.gw
-        if self.mtu is not None:
-            out["mtu"] = self.mtu
-        if self.advmss is not None:
-            out["advmss"] = self.advmss
-        if self.priority is not None:
-            out["priority"] = self.priority
-        if self.table is not None:
-            out["table"] = self.table
-        if self.scope is not None:
-            out["scope"] = self.scope
-        return out
-
-    def _dict020(self):
-        out = {"dst": self.dst}
-        if self.gw is not None:
-            out["gw"] = self.gw
-        return out
-
 
 class DNS(_Value):
     """``dns``: lists are kept as tuples; empty lists and "" are None."""
@@ -403,29 +238,38 @@ class DNS(_Value):
     def is_empty(self):
         return self.nameservers is None and self.domain is None and self.search is None and self.options is None
 
-    def _dict100(self):  # Go 1.x sorts keys
-        out = {}
-        if self.domain is not None:
-            out["domain"] = self.domain
-        if self.nameservers is not None:
-            out["nameservers"] = list(self.nameservers)
-        if self.options is not None:
-            out["options"] = list(self.options)
-        if self.search is not None:
-            out["search"] = list(self.search)
-        return out
 
-    def _dict0x(self):  # Go's struct order
-        out = {}
-        if self.nameservers is not None:
-            out["nameservers"] = list(self.nameservers)
-        if self.domain is not None:
-            out["domain"] = self.domain
-        if self.search is not None:
-            out["search"] = list(self.search)
-        if self.options is not None:
-            out["options"] = list(self.options)
-        return out
+# The keys each value is written with, per result family, in the order Go writes them (Go 1.x sorts an
+# object's keys; 0.x writes its structs' field order): (JSON key, attribute). A field that is None is
+# left out (Go's omitempty).
+_ORDER = {
+    Interface: {"100": (("mac", "mac"), ("mtu", "mtu"), ("name", "name"), ("pciID", "pci_id"),
+                        ("sandbox", "sandbox"), ("socketPath", "socket_path")),
+                "040": (("name", "name"), ("mac", "mac"), ("sandbox", "sandbox"))},
+    IPConfig: {"100": (("address", "address"), ("gateway", "gateway"), ("interface", "interface")),
+               "040": (("version", "version"), ("interface", "interface"), ("address", "address"),
+                       ("gateway", "gateway"))},
+    Route: {"100": (("advmss", "advmss"), ("dst", "dst"), ("gw", "gw"), ("mtu", "mtu"), ("priority", "priority"),
+                    ("scope", "scope"), ("table", "table")),
+            "040": (("dst", "dst"), ("gw", "gw"), ("mtu", "mtu"), ("advmss", "advmss"), ("priority", "priority"),
+                    ("table", "table"), ("scope", "scope")),
+            "020": (("dst", "dst"), ("gw", "gw"))},
+    DNS: {"100": (("domain", "domain"), ("nameservers", "nameservers"), ("options", "options"),
+                  ("search", "search")),
+          "040": (("nameservers", "nameservers"), ("domain", "domain"), ("search", "search"),
+                  ("options", "options"))},
+}
+_ORDER[DNS]["020"] = _ORDER[DNS]["040"]
+
+
+def _json(value, family):
+    """``value`` (Interface, IPConfig, Route or DNS) as the dict ``family`` writes."""
+    out = {}
+    for key, attr in _ORDER[type(value)][family]:
+        v = getattr(value, attr)
+        if v is not None:
+            out[key] = list(v) if isinstance(v, tuple) else v
+    return out
 
 
 class Result(_Value):
@@ -459,28 +303,18 @@ class Result(_Value):
             raise CNIError(INCOMPATIBLE_VERSION, f"cannot convert a result to CNI version {_describe(version)}",
                            f"supported versions: {_SUPPORTED_TEXT}")
         version = version or "0.1.0"
-        if family == "100":
-            out = {"cniVersion": version}
-            if self.dns is not None:
-                out["dns"] = self.dns._dict100()
-            if self.interfaces:
-                out["interfaces"] = [i._dict100() for i in self.interfaces]
-            if self.ips:
-                out["ips"] = [i._dict100() for i in self.ips]
-            if self.routes:
-                out["routes"] = [r._dict100() for r in self.routes]
-            return out
-        if family == "040":
-            out = {"cniVersion": version}
-            if self.interfaces:
-                out["interfaces"] = [i._dict040() for i in self.interfaces]
-            if self.ips:
-                out["ips"] = [i._dict040() for i in self.ips]
-            if self.routes:
-                out["routes"] = [r._dict040() for r in self.routes]
-            out["dns"] = {} if self.dns is None else self.dns._dict0x()
-            return out
-        return self._dict020(version)
+        if family == "020":
+            return self._dict020(version)
+        out = {"cniVersion": version}
+        if family == "100" and self.dns is not None:
+            out["dns"] = _json(self.dns, family)
+        for key in ("interfaces", "ips", "routes"):
+            items = getattr(self, key)
+            if items:
+                out[key] = [_json(x, family) for x in items]
+        if family == "040":     # Go's 0.x struct writes dns always, after the rest
+            out["dns"] = {} if self.dns is None else _json(self.dns, family)
+        return out
 
     def _dict020(self, version):
         # 0.1/0.2 hold one address per family: the first of each is kept, and a route goes under the
@@ -498,13 +332,13 @@ class Result(_Value):
         for route in self.routes:
             ipc = by_family.get(route.family)
             if ipc is not None:
-                ipc.setdefault("routes", []).append(route._dict020())
+                ipc.setdefault("routes", []).append(_json(route, "020"))
         out = {"cniVersion": version}
         if 4 in by_family:
             out["ip4"] = by_family[4]
         if 6 in by_family:
             out["ip6"] = by_family[6]
-        out["dns"] = {} if self.dns is None else self.dns._dict0x()
+        out["dns"] = {} if self.dns is None else _json(self.dns, "020")
         return out
 
 
@@ -512,11 +346,10 @@ class Result(_Value):
 # parsing
 
 def _fields(obj, path):
-    """The object's keys folded to lower case (Go's decoder matches keys case-insensitively; the last
-    matching key wins)."""
+    """The object's keys folded as Go's decoder folds them to match a field (the last matching key wins)."""
     if not isinstance(obj, dict):
         raise _wrong(path, "an object", obj, DECODE)
-    return {k.lower(): v for k, v in obj.items() if isinstance(k, str)}
+    return {k.lower() if k.isascii() else fold(k): v for k, v in obj.items() if isinstance(k, str)}
 
 
 def _list(v, path):

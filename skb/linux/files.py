@@ -22,11 +22,13 @@ import os
 from skb.cni.errors import CNIError, INVALID_CONFIG, IO_FAILURE
 from skb.cni.netconf import check_path
 
-__all__ = ["check_path", "read_regular", "open_append", "append", "is_regular"]
+__all__ = ["check_path", "read_regular", "read_bounded", "open_append", "append", "is_regular", "kind_name",
+           "write_all"]
 
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
-_KINDS = {0o040000: "a directory", 0o010000: "a FIFO (named pipe)", 0o020000: "a character device",
-          0o060000: "a block device", 0o140000: "a socket", 0o120000: "a symbolic link"}
+_KINDS = {_S_IFREG: "a regular file", 0o040000: "a directory", 0o010000: "a FIFO (named pipe)",
+          0o020000: "a character device", 0o060000: "a block device", 0o140000: "a socket",
+          0o120000: "a symbolic link"}
 # errno values that say the path itself is wrong (Linux numbering): ENOENT, ENOTDIR, EISDIR,
 # ENAMETOOLONG, ELOOP, ENXIO (a FIFO without a reader, a device without its driver).
 _WRONG_PATH = {2, 20, 21, 36, 40, 6}
@@ -38,8 +40,13 @@ def is_regular(st):
     return st.st_mode & _S_IFMT == _S_IFREG
 
 
+def kind_name(mode):
+    """The type of a file (an ``st_mode``) as a message says it: "a directory", "a FIFO (named pipe)" ..."""
+    return _KINDS.get(mode & _S_IFMT, "a special file")
+
+
 def _not_regular(key, path, st, fix):
-    kind = _KINDS.get(st.st_mode & _S_IFMT, "not a regular file")
+    kind = kind_name(st.st_mode)
     return CNIError(INVALID_CONFIG, f"{key} {path!r} is {kind}, not a regular file",
                     fix or f"point {key} at a regular file")
 
@@ -68,27 +75,42 @@ def read_regular(path, key, max_bytes, fix=""):
         fd = os.open(path, _RD)
     except (OSError, UnicodeError) as e:
         raise _failed(e, key, path, "read", fix) from None
-    chunks = []
     try:
         st = os.fstat(fd)
         if not is_regular(st):
             raise _not_regular(key, path, st, fix)
-        left = max_bytes + 1
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 16))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
+        data = read_bounded(fd, max_bytes + 1)
     except OSError as e:
         raise _failed(e, key, path, "read", fix) from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > max_bytes:
         raise CNIError(INVALID_CONFIG, f"{key} {path!r} is larger than {max_bytes} bytes",
                        fix or f"point {key} at a smaller file")
     return data
+
+
+def read_bounded(fd, limit=None, size_hint=0):
+    """Up to ``limit`` bytes (None: all) from ``fd`` until its end; ``size_hint`` (the file's size, when
+    known) makes it one read as a rule. Raises OSError."""
+    step = max(size_hint + 1, 1 << 16)
+    chunks = []
+    while limit is None or limit > 0:
+        chunk = os.read(fd, step if limit is None else min(limit, step))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if limit is not None:
+            limit -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def write_all(fd, data):
+    """Write every byte of ``data`` to ``fd`` (a pipe or a socket may take part of it per write). Raises
+    OSError."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def open_append(path, key, mode=0o600, fix=""):
@@ -142,7 +164,7 @@ def append(path, key, data, mode=0o600, fix=""):
     not interleave."""
     fd = open_append(path, key, mode, fix)
     try:
-        os.write(fd, data)
+        write_all(fd, data)
     except OSError as e:
         raise _failed(e, key, path, "append to", fix) from None
     finally:

@@ -19,9 +19,10 @@ Programs are found on PATH and then in /usr/sbin, /sbin ...; they run in the cal
 """
 import os
 
+from skb.cni import jsonio
 from skb.linux import proc
 from skb.cni.digest import sha512_hex
-from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG, INVALID_ENV, go_quote
 
 IPTABLES, NFTABLES = "iptables", "nftables"
 BACKENDS = (IPTABLES, NFTABLES)
@@ -36,13 +37,28 @@ def chain_name(network, container_id):
     return "CNI-" + sha512_hex(network + container_id)[:24]
 
 
-def _go_quote(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def iptables_comment(network, container_id):
     """``name: "<network>" id: "<containerID>"`` (Go's %q)."""
-    return f"name: {_go_quote(network)} id: {_go_quote(container_id)}"
+    return f"name: {go_quote(network)} id: {go_quote(container_id)}"
+
+
+# iptables keeps at most 255 characters of a comment and cuts the rest silently: CHECK and GC, which read
+# the comment back, would then no longer recognise the attachment's rules.
+IPTABLES_COMMENT_MAX = 255
+
+
+def check_fits(network, container_id, backend):
+    """Refuse (code 4, before anything is applied) an attachment whose rules the backend cannot record
+    whole: with iptables, the comment naming the network and the container id."""
+    if backend != IPTABLES:
+        return
+    n = len(iptables_comment(network, container_id))
+    if n > IPTABLES_COMMENT_MAX:
+        raise CNIError(INVALID_ENV, f"CNI_CONTAINERID is too long for ipMasq with iptables: the rules' comment "
+                                    f"would be {n} characters, iptables keeps {IPTABLES_COMMENT_MAX}",
+                       f'the comment is name: "<network>" id: "<container id>" ({len(network)} and '
+                       f"{len(container_id)} characters); set ipMasqBackend to \"nftables\", or use a shorter "
+                       "network name")
 
 
 def nft_network_hash(network):
@@ -76,7 +92,7 @@ def backend_from_config(value):
     """The ``ipMasqBackend`` value checked: None (choose), "iptables" or "nftables"."""
     if value is None or value in BACKENDS:
         return value
-    raise CNIError(INVALID_CONFIG, f"unknown ipmasq backend {_go_quote(value)}",
+    raise CNIError(INVALID_CONFIG, f"unknown ipmasq backend {go_quote(value)}",
                    'set ipMasqBackend to "iptables" or "nftables", or leave it out')
 
 
@@ -147,7 +163,7 @@ def iptables_rules(m, family):
     ACCEPT rules for every subnet come before the MASQUERADE rule (the reference appends them in address
     order, so a second subnet's ACCEPT lands after MASQUERADE and never matches)."""
     chain = chain_name(m.network, m.container_id)
-    c = "--comment " + _go_quote(iptables_comment(m.network, m.container_id))
+    c = "--comment " + go_quote(iptables_comment(m.network, m.container_id))
     addrs = [a for a in m.addrs if a[2] == family]
     body, seen = [], set()
     for _ip, subnet, _f in addrs:
@@ -235,7 +251,6 @@ def _nft(args, stdin=b"", what="nft"):
 
 def _nft_rules(strict=True):
     """[(handle, comment, expr list)] of the rules in our masq_checks chain ([] when it does not exist)."""
-    from skb.cni import jsonio
     try:
         out = _nft(["-j", "list", "chain", "inet", NFT_TABLE, NFT_CHAIN], what="listing nftables rules")
     except ToolFailed as e:

@@ -18,6 +18,7 @@ import _socket
 import errno as _errno
 
 from skb.cni.errors import CNIError, INTERNAL, TRY_AGAIN, errno_reason
+from skb.linux.netns import current_label, enter
 from skb.linux.netlink_codec import (IFA_F_NODAD, IFF_UP, IFLA_EXT_MASK, IFLA_MTU, Link, NETLINK_CAP_ACK,
                                        NETLINK_GET_STRICT_CHK, _HDR, _HDR_FLAGS_SEQ,
                                        NETLINK_EXT_ACK, NETLINK_ROUTE, NLMSGERR_ATTR_MSG, NLMSG_DONE,
@@ -80,7 +81,6 @@ class RtNetlink:
 
     def __init__(self, label=None):
         if label is None:
-            from skb.linux.netns import current_label
             label = current_label()
         self.label = label
         try:
@@ -100,7 +100,6 @@ class RtNetlink:
     @classmethod
     def for_netns(cls, ns):
         """A client bound to ``ns`` (NetNS or path): enters it just long enough to open the socket."""
-        from skb.linux.netns import enter
         with enter(ns) as entered:
             return cls(label=entered.path)
 

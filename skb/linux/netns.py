@@ -16,8 +16,9 @@ shape this module:
   ``skb.linux.guard`` (the policy) refuses it *before* anything changes (Go's skel only notices after the
   damage: docs/REFERENCE.md#network-namespaces).
 
-Only C modules are imported here: this module is loaded on every plugin call. ``_ctypes`` (for ``setns``
-on Python 3.11, which lacks ``os.setns``) is loaded on the first ``enter()``.
+Only C modules are imported here: this module is loaded on every plugin call. It is also the home of
+``libc_function``, the few libc calls Python's ``os`` lacks (``setns`` before 3.12; ``mount``,
+``umount2``, ``unshare`` for scratch namespaces), through ``_ctypes``, loaded on first use.
 """
 import errno
 import os
@@ -217,34 +218,52 @@ def _setns(fd, nstype):
     if hasattr(os, "setns"):        # Python >= 3.12
         _setns = os.setns
     else:
-        _setns = _libc_setns()
+        _setns = libc_function("setns", "int", "int", "int")
     _setns(fd, nstype)
 
 
-def _libc_setns():
-    """setns(2) from libc through _ctypes (the C module: ``import ctypes`` costs ~3 ms, this ~0.5 ms)."""
-    import _ctypes
+_ctypes_mod = None
+_ctypes_types = {}
+_libc_handle = None
 
-    class _Int(_ctypes._SimpleCData):
-        _type_ = "i"
 
-    class _Func(_ctypes.CFuncPtr):
-        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-        _restype_ = _Int
-        _argtypes_ = (_Int, _Int)
+def libc_function(name, restype, *argtypes):
+    """The libc function ``name`` as a callable that raises OSError (with errno) when the call returns -1,
+    and returns its result otherwise. Types: ``int``, ``ulong``, ``char_p`` (bytes or None), ``void_p``.
+    Through ``_ctypes``, the C module, loaded here on first use (~0.5 ms; ``import ctypes`` costs ~3 ms:
+    it imports struct and its own Python layers); a call that enters no namespace never loads it."""
+    global _ctypes_mod, _libc_handle
+    if _ctypes_mod is None:
+        import _ctypes    # (see above)
+        _ctypes_mod = _ctypes
+        _libc_handle = _ctypes.dlopen(None)
+    c = _ctypes_mod
 
-    func = _Func(_ctypes.dlsym(_ctypes.dlopen(None), "setns"))
+    def ctype(key):
+        t = _ctypes_types.get(key)
+        if t is None:
+            code = {"int": "i", "ulong": "L", "char_p": "z", "void_p": "P"}[key]
+            t = _ctypes_types[key] = type(f"c_{key}", (c._SimpleCData,), {"_type_": code})
+        return t
 
-    def setns(fd, nstype):
-        if func(fd, nstype) != 0:
-            err = _ctypes.get_errno()
+    cls = type(f"_{name}", (c.CFuncPtr,), {"_flags_": c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO,
+                                            "_restype_": ctype(restype),
+                                            "_argtypes_": tuple(ctype(a) for a in argtypes)})
+    func = cls(c.dlsym(_libc_handle, name))
+
+    def call(*args):
+        result = func(*args)
+        if result == -1:
+            err = c.get_errno()
             raise OSError(err, os.strerror(err))
-    return setns
+        return result
+    call.__name__ = name
+    return call
 
 
 def _ns_kind(fd):
     """'net', 'mnt', ... for an nsfs file; None for anything else."""
-    import fcntl
+    import fcntl    # (a C module, ~0.1 ms: only for a call that opens a namespace; STATUS and GC open none)
     try:
         return _NS_KINDS.get(fcntl.ioctl(fd, NS_GET_NSTYPE), "unknown")
     except OSError:
@@ -262,9 +281,10 @@ def _describe(fd, kind):
     """What an open file is, for messages: 'a mnt namespace', 'a regular file on ext4', ..."""
     if kind:
         return f"a {kind} namespace"
+    # Local import, on this error path only: skb.linux.files is not loaded by a plugin call that names no file.
+    from skb.linux.files import kind_name
     st = os.fstat(fd)
-    what = {0o100000: "a regular file", 0o040000: "a directory", 0o020000: "a character device",
-            0o060000: "a block device", 0o010000: "a FIFO", 0o140000: "a socket"}.get(st.st_mode & 0o170000, "a file")
+    what = kind_name(st.st_mode)
     if what == "a regular file" and st.st_size == 0:
         what = "an empty regular file (nothing is mounted on it: a deleted namespace?)"
     fstype = _fs_type(st.st_dev)

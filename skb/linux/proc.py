@@ -41,7 +41,7 @@ def _pipe():
     fds = []
     for fd in (r, w):
         if fd < 3:
-            import fcntl
+            import fcntl    # only when the caller runs with a standard descriptor closed: rare
             new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
             os.close(fd)
             fd = new
@@ -60,7 +60,7 @@ def run(path, argv, env, stdin=b"", busy_retries=5):
         except SpawnError as e:
             if e.errno != 26 or attempt == busy_retries:  # 26: ETXTBSY
                 raise
-            import time
+            import time     # only to wait out a "text file busy"
             time.sleep(1)
 
 

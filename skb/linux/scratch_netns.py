@@ -9,9 +9,10 @@ and bind-mounts its own ``/proc/self/ns/net``: this process never leaves its own
 
 Used by ``skb netns``, ``skb replay`` (when the captured netns is gone) and ``skb doctor --probe``.
 """
-import ctypes
 import errno
 import os
+
+from skb.linux.netns import libc_function
 
 RUN_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
@@ -20,32 +21,25 @@ MS_REC = 16384
 MS_SHARED = 1 << 20
 MNT_DETACH = 2
 
-_libc = None
+_calls = {}
 
 
 class NetnsAdminError(Exception):
     """Creating or deleting a named netns failed; the message says what and why."""
 
 
-def _c():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p)
-        _libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-        _libc.unshare.argtypes = (ctypes.c_int,)
-    return _libc
-
-
-def _check(rc):
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+def _libc(name):
+    fn = _calls.get(name)
+    if fn is None:
+        argtypes = {"mount": ("char_p", "char_p", "char_p", "ulong", "void_p"), "umount2": ("char_p", "int"),
+                    "unshare": ("int",)}[name]
+        fn = _calls[name] = libc_function(name, "int", *argtypes)
+    return fn
 
 
 def _mount(source, target, fstype, flags):
-    _check(_c().mount(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
-                      flags, None))
+    _libc("mount")(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
+                   flags, None)
 
 
 def valid_name(name):
@@ -89,7 +83,7 @@ def add(name, run_dir=RUN_DIR):
         code = 0
         try:
             os.close(r)
-            _check(_c().unshare(CLONE_NEWNET))
+            _libc("unshare")(CLONE_NEWNET)
             _mount("/proc/self/ns/net", path, "none", MS_BIND)
         except OSError as e:
             code = e.errno or 1
@@ -116,10 +110,11 @@ def delete(name, run_dir=RUN_DIR):
     path = path_of(name, run_dir)
     if not os.path.lexists(path):
         raise NetnsAdminError(f'cannot remove namespace file "{path}": no such file')
-    rc = _c().umount2(path.encode(), MNT_DETACH)
-    if rc != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.ENOENT):  # EINVAL: nothing mounted there
-        err = ctypes.get_errno()
-        raise NetnsAdminError(f'cannot unmount "{path}": {os.strerror(err)}')
+    try:
+        _libc("umount2")(path.encode(), MNT_DETACH)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOENT):  # EINVAL: nothing mounted there
+            raise NetnsAdminError(f'cannot unmount "{path}": {e.strerror}') from None
     try:
         os.unlink(path)
     except OSError as e:

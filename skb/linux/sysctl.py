@@ -69,6 +69,8 @@ class SysctlError(CNIError):
 
 
 def _error(what, e):
+    # Local import, on this error path only (to name the netns in the message): a plugin that sets
+    # sysctls has loaded skb.linux.netns anyway; the skb command's readers need not.
     from skb.linux.netns import current_label
     reason = errno_reason(e.errno)
     hint = ""

@@ -24,19 +24,21 @@ import os
 import sys
 
 from skb.cni import invoke
-from skb.cni import jsonio
 from skb.cni import netconf as config
 from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 from skb.cni.result import parse_result
 from skb.plugin import skel
 
-__all__ = ["find_in_path", "add", "delete", "check", "status", "gc", "plugin_type"]
+__all__ = ["Delegate", "IPAMRef", "find_in_path"]
 
 
-def plugin_type(conf):
-    """``ipam.type`` of the configuration ("" when absent). A wrong JSON type is a code-7 error."""
-    ipam = config.get(conf.raw, "ipam", dict, "", default={})
-    return config.get(ipam, "type", str, "ipam", default="")
+class IPAMRef(config.Conf):
+    """The ``ipam`` object as a delegating plugin reads it: only ``type`` (the delegate reads the rest)."""
+    KEYS = (config.Key("type", "type", config.STR, default=""),)
+    __slots__ = ("type",)
+
+
+IPAM_KEY = config.Key("ipam", "ipam", config.obj(IPAMRef))   # a delegating plugin's configuration has it
 
 
 def find_in_path(plugin, paths):
@@ -99,8 +101,8 @@ def _is_own_build(path, applet):
         return False
 
 
-def _in_process(path, conf, environ):
-    if environ.get("SKB_IPAM_EXEC") == "1" or environ.get("SKB_DEBUG_LOG") or conf.debug_log:
+def _in_process(path, debug_log, environ):
+    if environ.get("SKB_IPAM_EXEC") == "1" or environ.get("SKB_DEBUG_LOG") or debug_log:
         return None
     name = os.path.basename(path)
     module = skel.IN_PROCESS.get(name)
@@ -156,10 +158,9 @@ def _running_applet():
     return argv[1] if name == "skb-cni" and len(argv) > 1 else name
 
 
-def _refuse_recursion(plugin, path, args, conf, environ):
+def _refuse_recursion(plugin, path, args, own_type, environ):
     """Code 7 naming ipam.type when the delegate is this plugin itself (by name, or by the file it
     resolves to), or when delegation is already nested ``MAX_DEPTH`` deep."""
-    own_type = conf.raw.get("type") if isinstance(conf.raw.get("type"), str) else ""
     fix = 'set ipam.type to an IPAM plugin, e.g. "ipam": {"type": "host-local", ...}'
     itself = plugin == own_type
     if not itself and own_type:
@@ -182,38 +183,97 @@ def _refuse_recursion(plugin, path, args, conf, environ):
                        fix + "; check the ipam.type of each plugin in the chain")
 
 
-def _execute(command, args, conf, stdin, environ):
-    """Run the IPAM plugin for ``command``; return its stdout (bytes) on success, raise its error."""
-    plugin = plugin_type(conf)
-    path = find_in_path(plugin, args.path)
-    _refuse_recursion(plugin, path, args, conf, environ)
-    env = _environ(command, args, environ)
-    inproc = _in_process(path, conf, env)
-    if env.get("SKB_IPAM_TRACE") == "1":   # for tests: which path was taken
-        _pass_stderr(f"skb-cni: IPAM {command} {plugin}: {'in-process' if inproc else 'exec ' + path}\n".encode())
-    if inproc is not None:
-        out = skel.run(inproc, env, stdin)
-        if out.code == 0:
-            if out.stderr:
-                _pass_stderr(out.stderr.encode() if isinstance(out.stderr, str) else out.stderr)
-            return out.stdout.encode() if isinstance(out.stdout, str) else out.stdout
-        stdout = out.stdout.encode() if isinstance(out.stdout, str) else out.stdout
-        stderr = out.stderr.encode() if isinstance(out.stderr, str) else out.stderr
-        raise _delegate_error(plugin, invoke.plugin_error(stdout, stderr, invoke.exit_text(out.code)), stdout,
-                              stderr)
-    # Local import, measured: skb.linux.proc (and select) cost ~0.2 ms (python -X importtime, minimum of
-    # 12 runs) that the in-process path, the hot one, never needs.
-    from skb.linux import proc
-    try:
-        stdout, stderr = invoke.execute(path, env, stdin, proc.run)
-    except invoke.PluginFailed as e:
-        raise _delegate_error(plugin, e, e.stdout, e.stderr) from None
-    except CNIError as e:          # it could not be started
-        raise CNIError(INTERNAL, e.msg, f"the IPAM plugin {plugin!r} could not be started; check the file is "
-                                        "an executable for this machine") from None
-    if stderr:
-        _pass_stderr(stderr)
-    return stdout
+class Delegate:
+    """The IPAM plugin of one call (``skel.Call.ipam``): ``ipam.type`` read once from the decoded
+    configuration; the executable found in CNI_PATH, checked against recursion, and the choice between
+    running it in-process and exec'ing it made once, on first use; the call's environment (CNI_COMMAND
+    overridden) and its stdin bytes passed on unchanged."""
+
+    __slots__ = ("call", "type", "_path", "_inproc")
+
+    def __init__(self, call):
+        self.call = call
+        ipam = call.conf.ipam
+        self.type = ipam.type if ipam is not None else ""
+        self._path = None
+        self._inproc = None
+
+    def _resolve(self, env):
+        if self._path is None:
+            call = self.call
+            path = find_in_path(self.type, call.args.path)
+            _refuse_recursion(self.type, path, call.args, call.conf.type, call.environ)
+            self._inproc = _in_process(path, call.conf.debug_log, env)
+            self._path = path
+        return self._path
+
+    def _execute(self, command):
+        """Run the IPAM plugin for ``command``; return its stdout (bytes) on success, raise its error."""
+        call = self.call
+        env = _environ(command, call.args, call.environ)
+        path = self._resolve(env)
+        inproc, plugin, stdin = self._inproc, self.type, call.stdin
+        if env.get("SKB_IPAM_TRACE") == "1":   # for tests: which path was taken
+            _pass_stderr(f"skb-cni: IPAM {command} {plugin}: {'in-process' if inproc else 'exec ' + path}\n".encode())
+        if inproc is not None:
+            out = skel.run(inproc, env, stdin)
+            out.settle(True)        # its answer is delivered: to us
+            stdout = out.stdout.encode() if isinstance(out.stdout, str) else out.stdout
+            stderr = out.stderr.encode() if isinstance(out.stderr, str) else out.stderr
+            if out.code == 0:
+                if stderr:
+                    _pass_stderr(stderr)
+                return stdout
+            raise _delegate_error(plugin, invoke.plugin_error(stdout, stderr, invoke.exit_text(out.code)), stdout,
+                                  stderr)
+        # Local import, measured: skb.linux.proc (and select) cost ~0.2 ms (python -X importtime, minimum of
+        # 12 runs) that the in-process path, the hot one, never needs.
+        from skb.linux import proc
+        try:
+            stdout, stderr = invoke.execute(path, env, stdin, proc.run)
+        except invoke.PluginFailed as e:
+            raise _delegate_error(plugin, e, e.stdout, e.stderr) from None
+        except CNIError as e:          # it could not be started
+            raise CNIError(INTERNAL, e.msg, f"the IPAM plugin {plugin!r} could not be started; check the file is "
+                                            "an executable for this machine") from None
+        if stderr:
+            _pass_stderr(stderr)
+        return stdout
+
+    def add(self):
+        """IPAM ADD: the delegate's result as a ``skb.cni.result.Result`` (a result without cniVersion is read
+        in the configuration's version, as libcni does)."""
+        out = self._execute("ADD")
+        plugin, version = self.type, self.call.conf.cni_version
+        try:
+            if not out.strip():
+                raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed no result",
+                               "an IPAM ADD must print its result on stdout")
+            try:
+                obj = invoke.decode_result(out, version)
+            except invoke.ResultUnreadable as e:
+                raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed an unreadable result: {e.msg}",
+                               out.decode(errors="replace")[:200]) from None
+            return parse_result(obj, version, where=f"IPAM result of {plugin}")
+        except CNIError:
+            # The delegate succeeded, so it holds a reservation the caller never learns about: release it.
+            try:
+                self._execute("DEL")
+            except CNIError:
+                pass
+            raise
+
+    def delete(self):
+        self._execute("DEL")
+
+    def check(self):
+        self._execute("CHECK")
+
+    def status(self):
+        self._execute("STATUS")
+
+    def gc(self):
+        self._execute("GC")
 
 
 def _pass_stderr(data):
@@ -240,49 +300,3 @@ def _delegate_error(plugin, err, stdout, stderr):
     if not msg:
         msg = f"the IPAM plugin {plugin!r} failed with an error object without a message"
     return CNIError(code, msg, details)
-
-
-def add(args, conf, stdin, environ=None):
-    """IPAM ADD: the delegate's result as a ``skb.cni.result.Result`` (a result without cniVersion is read
-    in the configuration's version, as libcni does)."""
-    out = _execute("ADD", args, conf, stdin, environ)
-    plugin = plugin_type(conf)
-    try:
-        if not out.strip():
-            raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed no result",
-                           "an IPAM ADD must print its result on stdout")
-        try:
-            obj = invoke.decode_result(out, conf.cni_version)
-        except invoke.ResultUnreadable as e:
-            raise CNIError(INTERNAL, f"IPAM plugin {plugin!r} printed an unreadable result: {e.msg}",
-                           out.decode(errors="replace")[:200]) from None
-        return parse_result(obj, conf.cni_version, where=f"IPAM result of {plugin}")
-    except CNIError:
-        # The delegate succeeded, so it holds a reservation the caller never learns about: release it.
-        try:
-            _execute("DEL", args, conf, stdin, environ)
-        except CNIError:
-            pass
-        raise
-
-
-def delete(args, conf, stdin, environ=None):
-    _execute("DEL", args, conf, stdin, environ)
-
-
-def check(args, conf, stdin, environ=None):
-    _execute("CHECK", args, conf, stdin, environ)
-
-
-def status(args, conf, stdin, environ=None):
-    _execute("STATUS", args, conf, stdin, environ)
-
-
-def gc(args, conf, stdin, environ=None):
-    _execute("GC", args, conf, stdin, environ)
-
-
-def stdin_of(conf):
-    """The caller's stdin bytes, passed unmodified to the delegate (the spec's rule); a configuration
-    built in memory (tests) has none, and is re-encoded."""
-    return conf.data or jsonio.dumps(conf.raw).encode()

@@ -1,30 +1,22 @@
 """The dispatcher every plugin runs: env and stdin in, one result or one error out.
 
-A plugin hands ``run`` a ``Plugin`` with its callbacks; everything protocol-shaped lives here so a
-plugin file holds only its networking story. Guarantees:
-- errors are one JSON object on stdout (``cniVersion``, ``code``, ``msg``, ``details``), exit 1;
-- an unexpected exception becomes code 999 naming what failed; a traceback goes to stderr only;
-- the result is printed in the config's cniVersion, and is made before the call counts as a success: a
-  result that cannot be written (say a 0.2.0 result with no address) undoes the ADD with the plugin's
-  DEL and is an error; so is an answer that cannot be delivered (stdout closed or broken);
-- a closed stdin is a decode error naming it; closed standard descriptors are filled with /dev/null so
-  that no file opened later lands on them;
-- with ``skbDebugLog`` in the config or ``SKB_DEBUG_LOG`` in the environment, each call is appended to
-  that file as one JSON line (command, CNI_* env, stdin, exit code, stdout; ``trace`` with the W3C
-  TRACEPARENT/TRACESTATE when the runtime passed them) so it can be replayed. The file is opened
-  through skb.linux.files (absolute path, regular file, never blocking); the record is written whatever
-  happened to stdout.
+A plugin hands ``run`` a ``Plugin``: its verbs and the class of its configuration. Everything
+protocol-shaped lives here, so a plugin file holds only its networking story. Each verb gets one
+``Call``: the CNI_* arguments, the configuration decoded into its typed value, the stdin bytes, the
+bound IPAM delegate (for a plugin that delegates), and for ADD the undo stack. What the dispatcher
+guarantees, and why, is in docs/ARCHITECTURE.md#the-life-of-one-call.
 """
 import os
 import sys
 
+from skb import __version__
 from skb.cni import netconf as config
 from skb.cni import env
 from skb.cni import jsonio
 from skb.cni.versions import VERSION_REPLY
 from skb.cni.errors import CNIError, INTERNAL, IO_FAILURE, DECODE, INVALID_ENV
 
-__all__ = ["Plugin", "run", "main", "IN_PROCESS"]
+__all__ = ["Plugin", "Call", "UndoStack", "run", "main", "IN_PROCESS"]
 
 # Plugin name -> module (with a ``PLUGIN``) that IPAM delegation may run in this process instead of
 # exec'ing the same bundle again. Filled by the applet entry (skb.applets); empty when a plugin module
@@ -33,13 +25,14 @@ IN_PROCESS = {}
 
 
 class Plugin:
-    """A plugin's identity and callbacks. Each callback takes ``(args, conf)``: ``add`` returns a
+    """A plugin's identity, verbs and configuration. Each verb takes one ``Call``: ``add`` returns a
     result object with ``to_dict(version)``; the others return None. A missing ``status`` or ``gc``
-    succeeds with no output, as Go's skel does."""
+    succeeds with no output, as Go's skel does. ``config`` is the plugin's ``netconf.NetConf`` subclass;
+    ``ipam``, for a plugin that delegates to an IPAM plugin, makes the call's bound delegate from it."""
 
-    __slots__ = ("name", "about", "add", "delete", "check", "status", "gc")
+    __slots__ = ("name", "about", "add", "delete", "check", "status", "gc", "config", "ipam")
 
-    def __init__(self, name, about, add, delete, check, status=None, gc=None):
+    def __init__(self, name, about, add, delete, check, status=None, gc=None, config=config.NetConf, ipam=None):
         self.name = name
         self.about = about
         self.add = add
@@ -47,10 +40,73 @@ class Plugin:
         self.check = check
         self.status = status
         self.gc = gc
+        self.config = config
+        self.ipam = ipam
+
+
+class Call:
+    """One invocation, as every verb sees it: ``args`` (skb.cni.env.CmdArgs: the CNI_* variables),
+    ``conf`` (the configuration, decoded for this command), ``stdin`` (its bytes as received: a delegate
+    gets them unchanged), ``environ``, ``ipam`` (the bound IPAM delegate, or None) and, for ADD, ``undo``
+    (the transaction's UndoStack; None for the other commands)."""
+
+    __slots__ = ("plugin", "args", "conf", "stdin", "environ", "ipam", "undo")
+
+    def __init__(self, plugin, args, conf, stdin, environ, undo=None):
+        self.plugin = plugin
+        self.args = args
+        self.conf = conf
+        self.stdin = stdin
+        self.environ = environ
+        self.undo = undo
+        self.ipam = plugin.ipam(self) if plugin.ipam is not None else None
+
+    @property
+    def command(self):
+        return self.args.command
+
+
+class UndoStack:
+    """The undo stack of one ADD: every side effect registers its undo right after it succeeds; a failure
+    (of the verb, of the result's rendering, or of its delivery) unwinds them all, newest first, so a failed
+    ADD leaves nothing behind. An undo that fails does not stop the others; what could not be undone is
+    written to stderr and added to the error's ``details``, so the runtime's log says what was left."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self):
+        self._steps = []
+
+    def push(self, what, fn, *args):
+        """Register ``fn(*args)`` as the undo of the step just done; ``what`` names it for messages."""
+        self._steps.append((what, fn, args))
+
+    def __len__(self):
+        return len(self._steps)
+
+    def descriptions(self):
+        return [what for what, _fn, _args in self._steps]
+
+    def unwind(self, error=None):
+        """Run every undo, newest first; return the list of (what, exception) that failed."""
+        failed = []
+        while self._steps:
+            what, fn, args = self._steps.pop()
+            try:
+                fn(*args)
+            except Exception as e:  # keep undoing the rest
+                failed.append((what, e))
+        if failed:
+            text = "; ".join(f"{what}: {e}" for what, e in failed)
+            sys.stderr.write(f"skb-cni: the failed ADD could not undo everything: {text}\n")
+            details = getattr(error, "details", None)
+            if isinstance(details, str):
+                note = f"cleanup after the failure also failed ({text}); a DEL will retry it"
+                error.details = f"{details}; {note}" if details else note
+        return failed
 
 
 def _about(plugin):
-    from skb import __version__
     return (f"CNI {plugin.name} plugin, skb-cni {__version__}: {plugin.about}\n"
             f"CNI protocol versions supported: {', '.join(config.SUPPORTED_VERSIONS)}\n"
             "It is run by a container runtime with CNI_COMMAND and the other CNI_* variables set and the "
@@ -81,11 +137,11 @@ def read_stdin(stdin):
 
 
 class Outcome:
-    """What one call produced: exit code, stdout, stderr, the parsed config (if it got that far), the
-    raw stdin (for the debug log), and for a successful ADD ``undo`` (runs the plugin's DEL: the answer
-    could not be delivered)."""
+    """What one call produced: exit code, stdout, stderr, the decoded config (if it got that far), the
+    raw stdin and ``skbDebugLog`` (for the debug log), and for a successful ADD ``undo``, its UndoStack
+    still armed until the answer is delivered (``settle``)."""
 
-    __slots__ = ("code", "stdout", "stderr", "conf", "stdin", "undo")
+    __slots__ = ("code", "stdout", "stderr", "conf", "stdin", "undo", "debug_log")
 
     def __init__(self, code, stdout, stderr="", conf=None, stdin=b""):
         self.code = code
@@ -94,34 +150,46 @@ class Outcome:
         self.conf = conf
         self.stdin = stdin
         self.undo = None
+        self.debug_log = ""     # skbDebugLog, when the call records to it
+
+    def settle(self, delivered, why=""):
+        """The answer was delivered (the ADD stands) or not (``why``): then the ADD is undone, and the
+        call fails. Returns the sentence saying what became of the ADD, for stderr ("" if none)."""
+        undo, self.undo = self.undo, None
+        if undo is None or delivered:
+            return ""
+        self.code = 1
+        failed = undo.unwind()
+        if failed:
+            return f"{why}; undoing the ADD failed too ({'; '.join(f'{w}: {e}' for w, e in failed)}): call DEL again"
+        return f"{why}; the ADD was undone"
 
 
-def _undo(plugin, args, conf, why):
-    """Run the plugin's DEL after its ADD succeeded but its answer cannot be given (``why``): DEL is the
-    protocol's own way to undo an ADD, and every plugin's DEL tolerates what is already gone. Returns
-    the sentence to add to the error's details."""
+def _transaction(plugin, call):
+    """ADD as one transaction: the verb under a fresh undo stack, then its result rendered in the
+    configuration's version, once, inside it. A failure of either unwinds the stack. Returns the line to
+    print and the stack, still armed: an answer that cannot be delivered undoes the ADD (Outcome.settle)."""
+    undo = call.undo = UndoStack()
     try:
-        plugin.delete(args, conf)
-    except CNIError as e:
-        return f"{why}; undoing the ADD with DEL failed too ({e}): call DEL again"
-    except Exception as e:
-        return f"{why}; undoing the ADD with DEL failed too ({type(e).__name__}: {e}): call DEL again"
-    return f"{why}; the ADD was undone (DEL)"
-
-
-def render_result(plugin, args, conf, result):
-    """The ADD result as the line to print, made before the call counts as a success: a result that
-    cannot be written in the configuration's version (or at all) undoes the ADD and is an error."""
+        result = plugin.add(call)
+    except BaseException as e:
+        undo.unwind(e)
+        raise
     try:
-        return jsonio.dumps(result.to_dict(conf.cni_version)) + "\n"
-    except CNIError as e:
-        raise CNIError(e.code, e.msg, _undo(plugin, args, conf, e.details or "the result cannot be written")) from None
-    except Exception as e:
-        import traceback
-        raise CNIError(INTERNAL, f"internal error in the {plugin.name} plugin writing its result: "
-                                 f"{type(e).__name__}: {e}",
-                       _undo(plugin, args, conf, "this is a bug in skb-cni; the traceback is on stderr")
-                       + "\n" + traceback.format_exc()) from None
+        return jsonio.dumps(result.to_dict(call.conf.cni_version)) + "\n", undo
+    except CNIError as e:           # a result the configuration's version cannot hold
+        error = CNIError(e.code, e.msg, e.details or "the result cannot be written")
+    except Exception as e:          # a bug: code 999, the traceback on stderr
+        import traceback            # (this error path only)
+        error = CNIError(INTERNAL, f"internal error in the {plugin.name} plugin writing its result: "
+                                   f"{type(e).__name__}: {e}", "this is a bug in skb-cni; the traceback is on stderr")
+        error.trace = traceback.format_exc()
+    except BaseException as e:
+        undo.unwind(e)
+        raise
+    if not undo.unwind(error):
+        error.details += "; the ADD was undone"
+    raise error
 
 
 def run(plugin, environ, stdin):
@@ -142,27 +210,34 @@ def run(plugin, environ, stdin):
             # Like Go's skel, VERSION does not read stdin (a runtime may leave it open).
             out.stdout = VERSION_REPLY
             return out
-        out.stdin = stdin if isinstance(stdin, (bytes, str)) else read_stdin(stdin)
-        conf = out.conf = config.parse(out.stdin)
+        data = stdin if isinstance(stdin, (bytes, str)) else read_stdin(stdin)
+        out.stdin = data
+        conf = out.conf = config.parse(data, plugin.config, args.command)
+        out.debug_log = conf.debug_log
         if conf.cni_version in config.SUPPORTED_VERSIONS:
             version = conf.cni_version
-        callback = {env.ADD: plugin.add, env.DEL: plugin.delete, env.CHECK: plugin.check,
-                    env.STATUS: plugin.status, env.GC: plugin.gc}.get(args.command, False)
-        if callback is False:
+        verb = {env.ADD: plugin.add, env.DEL: plugin.delete, env.CHECK: plugin.check,
+                env.STATUS: plugin.status, env.GC: plugin.gc}.get(args.command, False)
+        if verb is False:
             raise CNIError(INVALID_ENV, f"unknown CNI_COMMAND: {args.command}",
                            f"CNI_COMMAND must be one of {', '.join(env.COMMANDS)} (upper case)")
         config.check_version(conf, args.command)
-        if conf.debug_log:
-            _check_debug_log(conf, args.command, out)
-        if callback is not None:
-            result = callback(args, conf)
+        conf.decode(args.command)
+        if conf.notes:
+            out.stderr += "".join(f"{plugin.name}: {note}; {args.command} goes on\n" for note in conf.notes)
+        if conf.debug_log and not _debug_log_usable(conf, args.command, out):
+            out.debug_log = ""
+        if verb is not None:
+            call = Call(plugin, args, conf, data if isinstance(data, bytes) else data.encode(), environ)
             if args.command == env.ADD:
-                out.stdout = render_result(plugin, args, conf, result)
-                out.undo = lambda why: _undo(plugin, args, conf, why)
+                out.stdout, out.undo = _transaction(plugin, call)
+            else:
+                verb(call)
     except CNIError as e:
         out.code, out.stdout = 1, jsonio.dumps(e.to_dict(version)) + "\n"
+        out.stderr += getattr(e, "trace", "")
     except Exception as e:  # never a traceback on stdout: report what failed, keep the trace on stderr
-        import traceback
+        import traceback    # (this error path only)
         what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         err = CNIError(INTERNAL, f"internal error in the {plugin.name} plugin: {what}",
                        "this is a bug in skb-cni; the traceback is on stderr")
@@ -170,31 +245,32 @@ def run(plugin, environ, stdin):
     return out
 
 
-def _check_debug_log(conf, command, out):
+def _debug_log_usable(conf, command, out):
     """``skbDebugLog`` must name a file we can append to (an absolute path, a regular file): refused up
-    front, before any work, so the record is not lost after the fact. For DEL only a remark: a debug
-    setting must not block cleanup."""
-    from skb.linux import files
+    front, before any work, so the record is not lost after the fact. For DEL only a remark (False: not
+    recorded): a debug setting must not block cleanup."""
+    from skb.linux import files     # only for a call that sets skbDebugLog
     try:
         os.close(files.open_append(conf.debug_log, "skbDebugLog", 0o600))
     except CNIError as e:
         if command != env.DEL:
             raise
         out.stderr += f"skb-cni: not recording this call: {e}\n"
-        conf.debug_log = ""
+        return False
+    return True
 
 
-def debug_log_path(environ, conf):
+def debug_log_path(environ, out):
     """(key, path) of the debug log for this call, or None. The configuration's ``skbDebugLog`` wins
     over ``SKB_DEBUG_LOG``."""
-    if conf is not None and conf.debug_log:
-        return "skbDebugLog", conf.debug_log
+    if out.debug_log:
+        return "skbDebugLog", out.debug_log
     path = environ.get("SKB_DEBUG_LOG", "")
     return ("SKB_DEBUG_LOG", path) if path else None
 
 
 def debug_record(plugin, environ, out, duration):
-    import time
+    import time     # (built into the interpreter; only a recorded call needs it)
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "plugin": plugin.name,
@@ -215,7 +291,7 @@ def debug_record(plugin, environ, out, duration):
 def append_debug_log(path, plugin, environ, out, duration, key="skbDebugLog"):
     """Append the call's record to ``path`` (one write with O_APPEND: concurrent plugin calls don't
     interleave lines) through the safe open (never a FIFO, a device or a relative path). Raises CNIError."""
-    from skb.linux import files
+    from skb.linux import files     # only for a recorded call
     files.append(path, key, debug_record(plugin, environ, out, duration), 0o600)
 
 
@@ -285,9 +361,12 @@ def _write_fd(fd, text):
     """Write all of ``text`` to ``fd`` as UTF-8 (whatever the locale says); False if it cannot be."""
     data = text.encode("utf-8", "replace")
     try:
-        while data:
-            n = os.write(fd, data)
-            data = data[n:]
+        n = os.write(fd, data)
+        if n < len(data):
+            # Local import, only when a pipe took part of the answer (one a few KiB long rarely is):
+            # skb.linux.files is otherwise not loaded by a call that names no file.
+            from skb.linux.files import write_all
+            write_all(fd, data[n:])
     except OSError:
         return False
     return True
@@ -305,23 +384,21 @@ def finish(plugin, environ, out, started, extra_logs=()):
     """Deliver one call's outcome: stdout, stderr, the debug records, then exit. An ADD whose answer
     cannot be written to stdout (closed, a broken pipe) is undone: the runtime never learns of it, so
     it would never DEL it. The debug record is written whatever happened."""
-    from time import perf_counter
+    from time import perf_counter   # (built into the interpreter, and loaded by main() already)
     stdout_closed = sys.stdout is None
     if out.stdout:
         if stdout_closed or not _write_fd(1, out.stdout):
             answer = out.stdout.strip()
             answer = answer if len(answer) <= 2000 else answer[:2000] + "..."
             if out.code == 0 and out.undo is not None:
-                note = out.undo("the result could not be written to stdout")
-                out.code = 1
-                out.stderr += f"skb-cni: {note}\n"
+                out.stderr += f"skb-cni: {out.settle(False, 'the result could not be written to stdout')}\n"
             else:
                 out.code = 1
                 out.stderr += f"skb-cni: the answer could not be written to stdout: {answer}\n"
     if out.stderr:
         _stderr(out.stderr)
     paths = []
-    logged = debug_log_path(environ, out.conf)
+    logged = debug_log_path(environ, out)
     if logged:
         paths.append(logged)
     paths.extend(extra_logs)

@@ -41,11 +41,20 @@ def test_del_changes_nothing_in_own_netns(own_paths, capfd):
     assert "changing nothing there" in capfd.readouterr().err
 
 
-def test_override(own_paths):
+@pytest.mark.parametrize("command", ["ADD", "CHECK", "DEL"])
+def test_override_hands_over_the_own_netns_itself(own_paths, command, capfd):
+    """With CNI_NETNS_OVERRIDE the guard stands aside: the handle it returns is the plugin's own netns
+    (same namespace inode as /proc/self/ns/net, read with stat, not through skb), under the path given,
+    and nothing is said about it."""
+    own = os.stat("/proc/self/ns/net")
     for path in own_paths:
-        ns = guard.open_target(args("ADD", path, override=True))
-        assert ns is not None
-        ns.close()
+        ns = guard.open_target(args(command, path, override=True))
+        try:
+            st = os.fstat(ns.fd)
+            assert (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino) and ns.path == path
+        finally:
+            ns.close()
+    assert capfd.readouterr().err == ""
 
 
 def test_container_netns_allowed(make_netns):

@@ -292,12 +292,14 @@ def test_1500_range_sets(hl):
 
 
 def test_a_result_that_cannot_be_built_fails_the_add_with_nothing_reserved(hl):
-    """A route the config check lets through but the result rejects failed the ADD after the commit,
-    leaving a reservation no runtime knows about. Now the result is built before anything is final."""
-    for route in ({"dst": "0.0.0.0/0", "priority": "high"}, {"dst": "0.0.0.0/0", "mtu": "x"}):
+    """A route the config check let through but the result rejected failed the ADD after the commit,
+    leaving a reservation no runtime knows about. Now every key of a route is decoded and checked with the
+    configuration, before the store is opened."""
+    for route in ({"dst": "0.0.0.0/0", "priority": "high"}, {"dst": "0.0.0.0/0", "mtu": "x"},
+                  {"dst": "0.0.0.0/0", "scope": 256}, {"dst": "0.0.0.0/0", "table": -1}):
         r = hl("ADD", ipam={"routes": [route]})
-        assert r.rc == 1 and r.json["code"] != 999, r
-        assert [f for f in files(hl.dir) if f[0].isdigit()] == [], r
+        assert r.rc == 1 and r.json["code"] == 7 and "ipam.routes[0]." in r.json["msg"], r
+        assert not os.path.exists(hl.dir) or [f for f in files(hl.dir) if f[0].isdigit()] == [], r
 
 
 from tests.unit.test_hostlocal_store import tmpfs_dir  # noqa: E402,F401  (the fixture)

@@ -171,7 +171,7 @@ def test_fifo_does_not_hang(tmp_path):
     os.mkfifo(path)
     with pytest.raises(CNIError) as e:
         netns.NetNS.open(path)
-    assert "(a FIFO on " in e.value.msg
+    assert "(a FIFO (named pipe) on " in e.value.msg
 
 
 @pytest.fixture
@@ -282,7 +282,7 @@ def test_failed_switch_back_stops_the_process(make_netns):
     """If setns() back to our own netns fails, nothing after the with-block may run."""
     name = make_netns()
     prog = ("import os\nfrom skb.linux import netns\n"
-            "real = netns._libc_setns()\ncalls = []\n"
+            "real = netns.libc_function('setns', 'int', 'int', 'int')\ncalls = []\n"
             "def flaky(fd, nstype):\n    calls.append(fd)\n"
             "    if len(calls) == 2:\n        raise OSError(1, 'Operation not permitted')\n    real(fd, nstype)\n"
             "netns._setns = flaky\n"
@@ -300,7 +300,7 @@ def test_failed_switch_back_stops_the_process(make_netns):
 
 def test_setns_without_importing_ctypes():
     """setns() is resolved through _ctypes alone: ``import ctypes`` costs ~3 ms on every plugin call."""
-    prog = ("import sys\nfrom skb.linux import netns\nnetns._libc_setns()\n"
+    prog = ("import sys\nfrom skb.linux import netns\nnetns.libc_function('setns', 'int', 'int', 'int')\n"
             "print(' '.join(m for m in ('ctypes', '_ctypes') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.split() == ["_ctypes"]

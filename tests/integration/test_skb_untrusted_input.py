@@ -187,6 +187,11 @@ def test_runner_cache_file_that_is_a_fifo(skb, bin_dir, tmp_path):
     p = run(skb, "del", "n", "/nonexistent-netns", "--container-id", "c1", "--conf-dir", str(conf),
             "--cni-path", bin_dir, "--cache-dir", str(cache))
     assert "Traceback" not in p.err and p.returncode == 0, p.err
+    # the DEL reached the plugin (its text record says so), and the cache entry went as libcni's DEL
+    # removes it (unlinked, never opened)
+    record = (tmp_path / "out").read_text()
+    assert record.startswith("CmdDel\nContainerID: c1\n"), record
+    assert not os.path.lexists(cache / "results" / "n-c1-eth0")
 
 
 @pytest.mark.kernel

@@ -15,12 +15,13 @@ SPEC_CODES = {1, 2, 3, 4, 5, 6, 7, 11}
 VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
 
-def add(args, conf):
+def add(call):
+    conf = call.conf
     prev = parse_prev_result(conf.cni_version, conf.prev_result)
     return prev if prev is not None else Result(conf.cni_version)
 
 
-PLUGIN = skel.Plugin("prop", "property-test double", add=add, delete=lambda a, c: None, check=lambda a, c: None)
+PLUGIN = skel.Plugin("prop", "property-test double", add=add, delete=lambda call: None, check=lambda call: None)
 ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0",
        "CNI_ARGS": "", "CNI_PATH": "/x"}
 

@@ -113,10 +113,10 @@ def test_host_local_resolv_conf_and_data_dir(place, resolv, data_dir):
     d, paths = place
     ipam = {"type": "host-local", "ranges": [[{"subnet": "10.1.0.0/24"}]], "resolvConf": paths[resolv],
             "dataDir": paths[data_dir]}
-    conf = netconf.parse(json.dumps({"cniVersion": "1.0.0", "name": "n", "type": "host-local", "ipam": ipam}))
+    raw = {"cniVersion": "1.0.0", "name": "n", "type": "host-local", "ipam": ipam}
     with Alarm():
         try:
-            ipc = hcfg.parse(conf, "", "ADD")
+            ipc = netconf.load(json.dumps(raw), hcfg.HostLocalConf, "ADD").ipam
             if ipc.resolv_conf:
                 dns = hcfg.read_resolv_conf(ipc.resolv_conf)
                 if resolv in ("regular", "link-regular"):

@@ -65,6 +65,25 @@ def test_invalid_container_ids(cid):
     assert err(full("ADD", CNI_CONTAINERID=cid)).msg == "invalid characters in containerID"
 
 
+@pytest.mark.parametrize("c", ["a", "z", "A", "Z", "0", "9"])
+def test_the_edges_of_each_character_range_are_valid_anywhere(c):
+    assert env.valid_name(c) and env.valid_name("x" + c) and env.valid_name(c + "_.-")
+
+
+@pytest.mark.parametrize("c", ["`", "{", "@", "[", "/", ":", "^", "\\", "\x00", "\u0430"])
+def test_the_neighbours_of_each_character_range_are_invalid_anywhere(c):
+    assert not env.valid_name(c) and not env.valid_name("x" + c) and not env.valid_name(c + "x")
+
+
+def test_a_container_id_of_the_longest_length_is_taken_and_one_more_is_refused_by_add_and_check():
+    longest = "i" * 1024
+    assert env.from_environ(full("ADD", CNI_CONTAINERID=longest)).container_id == longest
+    for command in ("ADD", "CHECK"):
+        e = err(full(command, CNI_CONTAINERID=longest + "i"))
+        assert (e.code, e.msg) == (4, "CNI_CONTAINERID is longer than 1024 characters") and "1025" in e.details
+    assert env.from_environ(full("DEL", CNI_CONTAINERID=longest * 5)).container_id == longest * 5   # DEL never blocks
+
+
 @pytest.mark.parametrize("name,msg", [
     ("a" * 16, "interface name is too long"),
     ("é" * 8, "interface name is too long"),  # 16 bytes: the limit counts bytes
@@ -125,3 +144,11 @@ def test_a_non_utf8_interface_name_is_code_4_not_a_crash():
     with pytest.raises(CNIError) as ei:
         check_ifname("eth\udcff")
     assert ei.value.code == 4 and "not valid UTF-8" in ei.value.msg
+
+
+def test_every_variable_is_read_into_its_field():
+    args = env.from_environ(full("ADD", CNI_NETNS="/run/netns/p1", CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAME=a",
+                                 CNI_PATH="/opt/cni/bin::/usr/lib/cni", CNI_NETNS_OVERRIDE="TRUE"))
+    assert (args.command, args.container_id, args.netns, args.ifname, args.args, args.path, args.netns_override) == \
+        ("ADD", "ctr1", "/run/netns/p1", "eth0", "IgnoreUnknown=1;K8S_POD_NAME=a", ("/opt/cni/bin", "/usr/lib/cni"), True)
+    assert env.from_environ(full("ADD", CNI_NETNS_OVERRIDE="yes")).netns_override is False

@@ -2,7 +2,7 @@
 import pytest
 
 from skb.cni.addr import IP
-from skb.cni.netconf import NetConf
+from skb.cni import netconf
 from skb.cni.errors import CNIError
 from skb_plugins.hostlocal_ipam import config as hcfg
 from skb_plugins.hostlocal_ipam.allocator import allocate, candidates
@@ -36,9 +36,8 @@ class FakeStore:
 
 
 def rset(*ranges, version="1.0.0"):
-    conf = NetConf({"name": "n", "cniVersion": version, "ipam": {"ranges": [list(ranges)]}})
-    conf.cni_version = version
-    return hcfg.parse(conf, "", "ADD").range_sets[0]
+    raw = {"name": "n", "cniVersion": version, "ipam": {"ranges": [list(ranges)]}}
+    return netconf.load(raw, hcfg.HostLocalConf).range_sets[0]
 
 
 def order(rs, last=None, n=None):
@@ -121,3 +120,42 @@ def test_requested_ip():
 
 def test_ipv6_range_end_is_last_address():
     assert order(rset({"subnet": "fd00::/126"})) == ["fd00::2", "fd00::3"]
+
+
+# exact edges: a single-address range, ranges touching at one address, the last address of a range,
+# three ranges in one set
+
+def test_a_single_address_range_hands_out_that_address_then_none():
+    rs = rset({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.9", "rangeEnd": "10.0.0.9"})
+    assert order(rs) == ["10.0.0.9"] and order(rs, "10.0.0.9") == ["10.0.0.9"]
+    store = FakeStore()
+    assert allocate(store, rs, ("a", "eth0"), []) == (IP.parse("10.0.0.9"), True, [])
+    with pytest.raises(CNIError) as ei:
+        allocate(store, rs, ("b", "eth0"), [])
+    assert ei.value.code == 100 and "1 addresses" in ei.value.details
+
+
+def test_the_last_address_of_a_range_is_handed_out_and_then_the_walk_wraps():
+    rs = rset({"subnet": "10.0.0.0/29"})                     # .1 gateway, .2-.6, .7 broadcast
+    assert order(rs, "10.0.0.5") == ["10.0.0.6", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"]
+    assert order(rs, "10.0.0.6") == ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"]
+    store = FakeStore([(f"10.0.0.{i}", ("x", f"e{i}")) for i in (2, 3, 4, 5)], last="10.0.0.4")
+    assert allocate(store, rs, ("a", "eth0"), []) == (IP.parse("10.0.0.6"), True, [])
+
+
+def test_ranges_touching_at_one_address_overlap_and_adjacent_ones_do_not():
+    touching = [{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.10", "rangeEnd": "10.0.0.20"},
+                {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.20", "rangeEnd": "10.0.0.30"}]
+    with pytest.raises(CNIError) as ei:
+        rset(*touching)
+    assert ei.value.code == 7 and "overlap" in ei.value.msg
+    touching[1]["rangeStart"] = "10.0.0.21"
+    rs = rset(*touching)
+    assert order(rs, "10.0.0.20", 2) == ["10.0.0.21", "10.0.0.22"]   # from one range into the next
+
+
+def test_three_ranges_in_one_set_are_walked_in_order_and_wrap():
+    rs = rset({"subnet": "10.0.0.0/30"}, {"subnet": "10.0.1.0/30"}, {"subnet": "10.0.2.0/30"})
+    assert order(rs) == ["10.0.0.2", "10.0.1.2", "10.0.2.2"]
+    assert order(rs, "10.0.1.2") == ["10.0.2.2", "10.0.0.2", "10.0.1.2"]
+    assert order(rs, "10.0.2.2") == ["10.0.0.2", "10.0.1.2", "10.0.2.2"]

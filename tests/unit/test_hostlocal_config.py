@@ -1,17 +1,19 @@
 """host-local config: the reference's keys and defaults; stricter validation, naming the range."""
 import pytest
 
-from skb.cni.netconf import NetConf
+from skb.cni import netconf
 from skb.cni.errors import CNIError
 from skb_plugins.hostlocal_ipam import config as hcfg
 
 
-def parse(ipam, version="1.0.0", args="", **top):
+def load(raw, command="ADD"):
+    return netconf.load(raw, hcfg.HostLocalConf, command)
+
+
+def parse(ipam, version="1.0.0", **top):
     raw = {"name": "n", "cniVersion": version, "type": "host-local", "ipam": ipam}
     raw.update(top)
-    conf = NetConf(raw)
-    conf.cni_version = version
-    return hcfg.parse(conf, args, "ADD")
+    return load(raw)
 
 
 def err(*a, **kw):
@@ -27,12 +29,12 @@ def test_defaults_and_order_of_range_sets():
                                                 "fd00::1-fd00::ffff:ffff:ffff:ffff"]
     assert [rs.index for rs in c.range_sets] == [0, 1, 2]
     assert str(c.range_sets[1].ranges[0].gateway) == "10.1.0.1"
-    assert c.data_dir == "/var/lib/cni/networks"
+    assert c.ipam.store_dir == "/var/lib/cni/networks"
 
 
 def test_keys_match_case_insensitively_like_go():
     c = parse({"Ranges": [[{"Subnet": "10.1.0.0/24", "RangeStart": "10.1.0.10"}]], "DataDir": "/d"})
-    assert str(c.range_sets[0].ranges[0].start) == "10.1.0.10" and c.data_dir == "/d"
+    assert str(c.range_sets[0].ranges[0].start) == "10.1.0.10" and c.ipam.store_dir == "/d"
 
 
 @pytest.mark.parametrize("ipam,fragment", [
@@ -60,11 +62,24 @@ def test_invalid_configs_name_the_range(ipam, fragment):
     assert e.code == 7 and fragment in e.msg, e.msg
 
 
-def test_missing_ipam():
+@pytest.mark.parametrize("command", ["ADD", "DEL", "CHECK", "STATUS", "GC"])
+def test_missing_ipam(command):
     with pytest.raises(CNIError) as ei:
-        conf = NetConf({"name": "n"})
-        hcfg.parse(conf, "", "ADD")
+        load({"name": "n", "cniVersion": "1.1.0"}, command)
     assert ei.value.msg == "IPAM config missing 'ipam' key"
+
+
+def test_del_and_gc_read_only_the_data_dir():
+    """Ranges made invalid since ADD must not block cleanup: DEL and GC do not decode them."""
+    raw = {"name": "n", "cniVersion": "1.1.0", "ipam": {"ranges": "nonsense", "routes": 5, "dataDir": "/d"},
+           "runtimeConfig": {"ipRanges": 3}}
+    for command in ("DEL", "GC"):
+        c = load(raw, command)
+        assert c.ipam.store_dir == "/d" and not hasattr(c, "range_sets")
+    assert "ipam.ranges" in pytest.raises(CNIError, load, raw, "ADD").value.msg
+    with pytest.raises(CNIError) as ei:
+        load(dict(raw, ipam={"dataDir": "relative"}), "DEL")
+    assert ei.value.code == 7 and "ipam.dataDir" in ei.value.msg
 
 
 def test_old_versions_allow_one_set_per_family():
@@ -76,13 +91,17 @@ def test_old_versions_allow_one_set_per_family():
 def test_requested_ips_from_all_three_sources():
     raw = {"name": "n", "cniVersion": "1.0.0", "ipam": {"subnet": "10.0.0.0/24"},
            "args": {"cni": {"ips": ["10.0.0.6"]}}, "runtimeConfig": {"ips": ["10.0.0.7/24", "10.0.0.5"]}}
-    c = hcfg.parse(NetConf(raw), "IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.0.0.5/24", "ADD")
-    assert [str(ip) for ip in c.requested] == ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
+    c = load(raw)
+    assert [str(ip) for ip in c.requested("IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.0.0.5/24")] == \
+        ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
     with pytest.raises(CNIError) as ei:
-        hcfg.parse(NetConf(raw), "K8S_POD_NAME=p", "ADD")
+        c.requested("K8S_POD_NAME=p")
     assert ei.value.code == 4 and "unknown args" in ei.value.msg
     with pytest.raises(CNIError, match="invalid requested IP 'x'"):
-        hcfg.parse(NetConf(raw), "IP=x", "ADD")
+        c.requested("IP=x")
+    case_varied = {"NAME": "n", "cniVersion": "1.0.0", "IPAM": {"SUBNET": "10.0.0.0/24"},
+                   "Args": {"CNI": {"IPs": ["10.0.0.6"]}}, "RuntimeConfig": {"IPS": ["10.0.0.7/24"]}}
+    assert [str(ip) for ip in load(case_varied).requested("")] == ["10.0.0.6", "10.0.0.7"]
 
 
 def test_resolv_conf(tmp_path):
@@ -128,3 +147,15 @@ def test_range_set_lookup_with_1500_sets():
         assert ipc.range_set_for(IP.parse(f"10.{i // 256}.{i % 256}.9")).index == i
     assert ipc.range_set_for(IP.parse("fd00::5")).index == 1500
     assert ipc.range_set_for(IP.parse("10.5.220.1")) is None and ipc.range_set_for(IP.parse("10.0.0.255")) is None
+
+
+def test_routes_are_decoded_with_every_field_and_checked():
+    c = parse({"subnet": "10.0.0.0/24", "Routes": [{"DST": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "GW": "10.0.0.9",
+               "mtu": 1400, "advmss": 1360, "priority": 5, "table": 0, "scope": 253}]})
+    got = [(r.dst, r.gw, r.mtu, r.advmss, r.priority, r.table, r.scope) for r in c.ipam.routes]
+    assert got == [("0.0.0.0/0", "", 0, 0, 0, None, None), ("10.9.0.0/16", "10.0.0.9", 1400, 1360, 5, 0, 253)]
+    for route, words in (({"dst": "0.0.0.0/0", "scope": 256}, "ipam.routes[0].scope: 256 is out of range"),
+                         ({"dst": "0.0.0.0/0", "mtu": -1}, "ipam.routes[0].mtu: -1 is out of range"),
+                         ({"dst": "0.0.0.0/0", "gw": "x"}, "ipam.routes[0].gw: 'x' is not an IP address"),
+                         ({"gw": "10.0.0.1"}, "missing field ipam.routes[0].dst")):
+        assert words in err({"subnet": "10.0.0.0/24", "routes": [route]}).msg

@@ -82,8 +82,10 @@ def test_dumps_never_yields_unencodable_text():
 def test_any_python_string_round_trips_through_json_text(s):
     text = json.dumps(s)                           # escapes surrogates: valid JSON text
     got = jsonio.loads(text)
-    got.encode("utf-8")
-    jsonio.dumps(got).encode("utf-8")
+    # what the standard decoder reads (an escaped surrogate pair is one character), except that a lone
+    # surrogate becomes U+FFFD, as in Go's decoder
+    assert got == "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in json.loads(text))
+    assert json.loads(jsonio.dumps(got).encode("utf-8")) == got
 
 
 @pytest.mark.parametrize("digits", [4301, 5000, 100000])
@@ -109,3 +111,11 @@ def test_long_integers_within_the_limit_are_numbers():
 ])
 def test_trailing_comma_at_either_position(text, pos, found):
     assert jsonio._trailing_comma(text, pos) == found
+
+
+def test_a_repeated_key_stands_at_its_last_place_as_go_reads_it():
+    """Go decodes an object's keys in document order, so of two spellings of a field the last wins; a
+    plain dict would keep a repeated key at its first place and turn {"a":1,"A":2,"a":3} into a then A."""
+    assert list(jsonio.loads('{"a": 1, "A": 2, "a": 3}').items()) == [("A", 2), ("a", 3)]
+    assert list(jsonio.loads('{"x": {"k": 1, "K": 2, "k": 3, "z": 0}}')["x"].items()) == [("K", 2), ("k", 3), ("z", 0)]
+    assert list(jsonio.loads('{"b": 1, "a": 2}').items()) == [("b", 1), ("a", 2)]

@@ -1,11 +1,11 @@
-"""skb.plugin.undo and skb.linux.proc: the undo stack ptp's ADD relies on, and the cheap program runner."""
+"""skb.plugin.skel.UndoStack and skb.linux.proc: the undo stack ptp's ADD relies on, and the cheap program runner."""
 import os
 
 import pytest
 
 from skb.linux import proc
 from skb.cni.errors import CNIError
-from skb.plugin.undo import UndoStack
+from skb.plugin.skel import UndoStack
 
 
 def test_undo_runs_newest_first_and_keeps_going():

@@ -354,6 +354,8 @@ def test_target_version_errors_and_defaults():
     ("::/0", "::/0"),
     ("::1.2.3.4/128", "::102:304/128"),             # Go writes hex (glibc would write ::1.2.3.4)
     ("::ffff:10.1.2.3/120", "10.1.2.3/24"),         # IPv4-mapped becomes IPv4, as in Go
+    ("::ffff:10.1.2.3/96", "10.1.2.3/0"),           # the shortest mapped prefix there is: /0
+    ("::ffff:10.1.2.3/128", "10.1.2.3/32"),
 ])
 def test_addresses_are_canonicalised_like_go(given, canonical):
     assert IPConfig(given).address == canonical
@@ -362,7 +364,7 @@ def test_addresses_are_canonicalised_like_go(given, canonical):
 
 @pytest.mark.parametrize("bad", ["10.0.0.300/24", "10.0.0.1", "10.0.0.1/33", "fd00::1/129", "010.0.0.1/8",
                                  "10.0.0.1/", "10.0.0.1/+8", "10.0.0.1/ 8", "10.0.0.1/8/8", "fe80::1%eth0/64",
-                                 "10.0.0.1/٨", "", " 10.0.0.1/8", "::ffff:1.2.3.4/64", "x"])
+                                 "10.0.0.1/٨", "", " 10.0.0.1/8", "::ffff:1.2.3.4/64", "::ffff:1.2.3.4/95", "x"])
 def test_bad_addresses(bad):
     with pytest.raises(CNIError) as e:
         parse_result({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.1/8"}, {"address": bad}]})

@@ -15,16 +15,20 @@ class FakeResult:
 calls = []
 
 
-def add(args, conf):
-    calls.append(("ADD", args, conf))
+def add(call):
+    calls.append(("ADD", call.args, call.conf))
     return FakeResult()
 
 
-def boom(args, conf):
+def boom(call):
     raise KeyError("oops")
 
 
-PLUGIN = skel.Plugin("fake", "a test double", add=add, delete=lambda a, c: None, check=lambda a, c: None)
+def nothing(call):
+    return None
+
+
+PLUGIN = skel.Plugin("fake", "a test double", add=add, delete=nothing, check=nothing)
 BROKEN = skel.Plugin("broken", "raises", add=boom, delete=boom, check=boom)
 ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0",
        "CNI_ARGS": "", "CNI_PATH": "/opt/cni/bin"}
@@ -101,44 +105,77 @@ class Unwritable:
         raise self.exc
 
 
-def undo_recorder(exc, del_fails=False):
+def undo_recorder(exc, undo_fails=False):
+    """A plugin whose ADD makes one change (with its undo on the call's stack) and answers ``exc``."""
     done = []
 
-    def delete(args, conf):
-        done.append("DEL")
-        if del_fails:
+    def undo():
+        done.append("undone")
+        if undo_fails:
             raise RuntimeError("veth busy")
-    return skel.Plugin("undoable", "test", add=lambda a, c: Unwritable(exc), delete=delete,
-                       check=lambda a, c: None), done
+
+    def add(call):
+        done.append("made")
+        call.undo.push("remove the change", undo)
+        return Unwritable(exc)
+    return skel.Plugin("undoable", "test", add=add, delete=nothing, check=nothing), done
 
 
-def test_a_result_that_cannot_be_written_undoes_the_add_with_del():
+def test_a_result_that_cannot_be_written_undoes_the_add():
     from skb.cni.errors import CNIError
     plugin, done = undo_recorder(CNIError(1, "cannot convert: no valid IP addresses"))
     out = call(plugin, stdin=b'{"cniVersion":"0.2.0","name":"n"}')
     e = json.loads(out.stdout)
-    assert out.code == 1 and done == ["DEL"] and e["code"] == 1 and "the ADD was undone" in e["details"]
+    assert out.code == 1 and done == ["made", "undone"] and e["code"] == 1 and "the ADD was undone" in e["details"]
+    assert out.undo is None
 
 
-def test_an_unexpected_failure_writing_the_result_undoes_too_and_says_if_del_failed():
-    plugin, done = undo_recorder(TypeError("not serialisable"), del_fails=True)
+def test_an_unexpected_failure_writing_the_result_undoes_too_and_says_if_the_undo_failed():
+    plugin, done = undo_recorder(TypeError("not serialisable"), undo_fails=True)
     out = call(plugin)
     e = json.loads(out.stdout)
-    assert out.code == 1 and done == ["DEL"] and e["code"] == 999 and "TypeError" in e["msg"]
-    assert "DEL failed too" in e["details"] and "veth busy" in e["details"]
+    assert out.code == 1 and done == ["made", "undone"] and e["code"] == 999 and "TypeError" in e["msg"]
+    assert "cleanup after the failure also failed" in e["details"] and "veth busy" in e["details"]
+    assert "Traceback" in out.stderr and "Traceback" not in out.stdout
 
 
-def test_undo_is_offered_for_a_successful_add_only():
-    out = call()
-    assert out.code == 0 and callable(out.undo)
+def test_the_undo_stays_armed_until_the_answer_is_delivered():
+    plugin, done = undo_recorder(None)
+
+    class Fine:
+        def to_dict(self, version):
+            return {"cniVersion": version}
+
+    def add(call):
+        done.append("made")
+        call.undo.push("remove the change", done.append, "undone")
+        return Fine()
+    plugin = skel.Plugin("undoable", "test", add=add, delete=nothing, check=nothing)
+    out = call(plugin)
+    assert out.code == 0 and done == ["made"] and len(out.undo) == 1
+    assert "the ADD was undone" in out.settle(False, "stdout closed") and done == ["made", "undone"] and out.code == 1
+    out = call(plugin)
+    assert out.settle(True) == "" and out.code == 0 and done == ["made", "undone", "made"]
     assert call(CNI_COMMAND="DEL").undo is None
+
+
+def test_a_failed_add_is_undone_newest_first_and_each_undo_runs():
+    done = []
+
+    def add(call):
+        for i in range(3):
+            call.undo.push(f"step {i}", done.append, i)
+        call.undo.push("breaks", lambda: 1 / 0)
+        raise RuntimeError("boom")
+    out = call(skel.Plugin("t", "t", add=add, delete=nothing, check=nothing))
+    assert out.code == 1 and done == [2, 1, 0] and json.loads(out.stdout)["code"] == 999
 
 
 def test_a_result_with_surrogates_is_written_as_u_fffd():
     class R:
         def to_dict(self, version):
             return {"cniVersion": version, "interfaces": [{"name": "\ud800", "sandbox": "/run/netns/\udcff"}]}
-    out = call(skel.Plugin("s", "t", add=lambda a, c: R(), delete=None, check=None))
+    out = call(skel.Plugin("s", "t", add=lambda call: R(), delete=None, check=None))
     assert out.code == 0 and json.loads(out.stdout)["interfaces"] == [{"name": "\ufffd", "sandbox": "/run/netns/\ufffd"}]
     out.stdout.encode("utf-8")     # printable whatever the locale: no surrogate left
 

@@ -1,0 +1,84 @@
+"""The words messages are made of (skb.cni.errors): a JSON value described, a string quoted for a message,
+Go's %q; and the file-kind names and the bounded reader of skb.linux.files."""
+import os
+
+import pytest
+
+from skb.cni.errors import describe, go_quote, quote
+from skb.linux import files
+
+
+@pytest.mark.parametrize("value,words", [
+    (None, "null"), (True, "true"), (False, "false"), (5, "the number 5"), (1.5, "the number 1.5"),
+    (2 ** 64, "a number too large for 64 bits"), (2 ** 63, "the number 9223372036854775808"),
+    ("x", 'the string "x"'), ({}, "an object"), ([], "a list"),
+])
+def test_describe_names_each_json_kind(value, words):
+    assert describe(value) == words
+
+
+def test_quote_escapes_and_cuts_for_one_line():
+    assert quote('a"b\\c\nd') == '"a\\"b\\\\c\\u000ad"'
+    assert quote("x" * 81) == '"' + "x" * 77 + '..."' and quote("x" * 80) == '"' + "x" * 80 + '"'
+
+
+# Expected values are Go's strconv.Quote outputs (the %q of fmt), from its documented rules: printable
+# runes as they are, \a \b \f \n \r \t \v, \xHH below space and for DEL, \uHHHH and \UHHHHHHHH otherwise.
+@pytest.mark.parametrize("s,want", [
+    ("", '""'),
+    ('"Fran & Freddie\'s Diner\t\u263a"', '"\\"Fran & Freddie\'s Diner\\t\u263a\\""'),
+    ("a\\b", '"a\\\\b"'),
+    ("\x00\x07\x08\x0c\x0b\x1f\x7f", '"\\x00\\a\\b\\f\\v\\x1f\\x7f"'),
+    ("\u00a0", '"\\u00a0"'),                    # no-break space: a separator, not printable
+    ("\u200b\u2028", '"\\u200b\\u2028"'),
+    ("\U000e0001", '"\\U000e0001"'),
+    ("caf\u00e9 \U0001F600", '"caf\u00e9 \U0001F600"'),
+    (b"\xffok".decode("utf-8", "surrogateescape"), '"\\xffok"'),   # a byte that is not UTF-8
+])
+def test_go_quote_is_strconv_quote(s, want):
+    assert go_quote(s) == want
+
+
+@pytest.mark.parametrize("mode,name", [
+    (0o100644, "a regular file"), (0o040755, "a directory"), (0o010644, "a FIFO (named pipe)"),
+    (0o020666, "a character device"), (0o060660, "a block device"), (0o140755, "a socket"),
+    (0o120777, "a symbolic link"), (0o000000, "a special file"),
+])
+def test_kind_name(mode, name):
+    assert files.kind_name(mode) == name
+
+
+@pytest.mark.parametrize("size,limit", [(0, None), (10, None), (200000, None), (200000, 70000), (10, 10),
+                                        (11, 10), (10, 0)])
+def test_read_bounded_reads_to_the_end_or_the_limit(tmp_path, size, limit):
+    data = os.urandom(size)
+    p = tmp_path / "f"
+    p.write_bytes(data)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        got = files.read_bounded(fd, limit, size_hint=size if size < 100 else 0)
+    finally:
+        os.close(fd)
+    assert got == data[:limit] if limit is not None else got == data
+
+
+def test_write_all_writes_everything_into_a_pipe_that_takes_part_at_a_time():
+    r, w = os.pipe()
+    data = os.urandom(300000)     # more than a pipe holds: os.write returns short
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            files.write_all(w, data)
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = b""
+    while True:
+        chunk = os.read(r, 1 << 16)
+        if not chunk:
+            break
+        got += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == data
