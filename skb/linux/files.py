@@ -15,7 +15,8 @@ against whatever directory the runtime happens to run in). Every such open goes 
 
 Errors are CNIErrors naming the key and the path: code 7 when the value is wrong (relative, missing, not
 a regular file, too large), code 5 when the file system refused (permissions, read-only, I/O).
-Only ``os`` is used: this module is loaded on plugin calls that name a file.
+Only ``os`` is used: this module is loaded on plugin calls that name a file, and by host-local, whose
+store reads and writes through ``read_bounded`` and ``write_all``.
 """
 import os
 
@@ -105,12 +106,15 @@ def read_bounded(fd, limit=None, size_hint=0):
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def write_all(fd, data):
-    """Write every byte of ``data`` to ``fd`` (a pipe or a socket may take part of it per write). Raises
-    OSError."""
+def write_all(fd, data, offset=None):
+    """Write every byte of ``data`` to ``fd`` (a pipe or a socket may take part of it per write): at the
+    file position, or at ``offset`` with pwrite. Raises OSError."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        view = view[n:]
+        if offset is not None:
+            offset += n
 
 
 def open_append(path, key, mode=0o600, fix=""):
