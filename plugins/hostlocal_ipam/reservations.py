@@ -15,7 +15,7 @@ import stat as _stat
 
 from skb.cni.addr import IP
 from skb.cni.errors import CNIError, IO_FAILURE
-from skb.linux.files import read_bounded, write_all
+from skb.cni.jsonio import read_bounded, write_all
 
 _OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
