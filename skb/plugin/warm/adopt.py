@@ -264,7 +264,6 @@ class Child:
         self.rehearsal = rehearsal      # the last call's request (its values to rehearse with), or None
         self.hot_runs = hot_runs
         self.bundle, self.locale = bundle, locale
-        self.ready = False              # prepared (spare.prepare)
         self.failpoint = None           # a test's failpoint (Server.failpoint)
 
     # ------------------------------------------------------------------ before the call

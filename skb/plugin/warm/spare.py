@@ -29,14 +29,13 @@ LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a
 
 
 def prepare(child):
-    """Rehearse the last call's values, fault in the learnt pages (until the server has something to say),
-    then count as ready."""
+    """Rehearse the last call's values, grow the fd table, fault in the learnt pages (until the server has
+    something to say)."""
     child.rehearse()
     # the fd table grown now to hold the call's own fds above INTERNAL_FDS (the kernel never shrinks it)
     os.close(fcntl.fcntl(child.chan.fileno(), fcntl.F_DUPFD_CLOEXEC, adopt.INTERNAL_FDS + 64))
     if not child.learns:
         pages.prefault(child.hot_runs, child.chan)
-    child.ready = True
 
 
 def serve(child, server, listen_fd):
@@ -51,11 +50,10 @@ def serve(child, server, listen_fd):
     prepare(child)
     # Waiting, a spare runs at the usual priority: once woken by a call, it must not wait for an idle CPU.
     os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    _say(child, adopt.CHAN_READY)
     ep = select.epoll()
     ep.register(child.chan, select.EPOLLIN)
-    if child.ready:
-        _say(child, adopt.CHAN_READY)
-        ep.register(listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+    ep.register(listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
     while True:
         try:
             events = ep.poll()
