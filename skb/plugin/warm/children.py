@@ -1,9 +1,9 @@
 """The server's children: a small pool of spares forked ahead of calls, and the calls in flight.
 
-A spare is forked while no call waits to be accepted, prepares itself at SCHED_IDLE (it takes only a CPU
-nothing else wants), then accepts a call itself (spare.py); the server keeps the pool full, so every call
-of a burst finds a spare already forked, and most find one prepared. A call the server accepts itself (no
-spare was ready) gets a child forked for it.
+A spare is forked while no connection waits for the server, prepares itself, then accepts a call itself
+(spare.py); the server keeps the pool full, so every call of a burst finds a spare already forked, and most
+find one prepared (the server's forks never hold a call up: a ready spare accepts it meanwhile). A call
+the server accepts itself (no spare was ready) gets a child forked for it.
 
 Each child has a parent of its own, its holder: the holder forks the child, then leaves the caller's
 session (setsid), waits for the child and reports its pid and its end to the server. The child joins the
@@ -14,7 +14,6 @@ discarded, and no SIGHUP and SIGCONT reach the caller's group when the child end
 """
 import _signal
 import os
-import select
 import signal
 import socket
 import struct
@@ -24,8 +23,6 @@ from skb.plugin.warm import adopt, pages, spare, syscalls, wire
 
 POOL = 3                # spares kept forked ahead of calls
 LOST_BACKOFF = 2.0      # seconds without new spares after one ended without a call
-PROMOTE_AFTER = 0.05    # seconds a spare may stay unprepared at SCHED_IDLE (a busy machine) before it
-                        # prepares at SCHED_OTHER: its work would otherwise fall on its call
 
 
 class Ended:
@@ -38,15 +35,15 @@ class Ended:
 
 
 class Spare:
-    __slots__ = ("pid", "child", "holder", "pidfd", "report", "chan", "learns", "made", "ready", "promoted")
+    __slots__ = ("pid", "child", "holder", "pidfd", "report", "chan", "learns", "made", "ready")
 
     def __init__(self, pid, child, holder, pidfd, report, chan, learns):
         self.pid, self.holder, self.pidfd, self.report, self.chan = pid, holder, pidfd, report, chan
-        self.child = child      # a pidfd of the child (not ours to reap: its holder's), for signals
+        self.child = child      # a pidfd of the child (not ours to reap: its holder's), for signals; pid and
+                                # child are None until its holder has reported it (child_pid)
         self.learns = learns
         self.made = time.monotonic()
         self.ready = False      # it said it has prepared itself
-        self.promoted = False   # out of SCHED_IDLE before its call: it had not prepared in PROMOTE_AFTER
 
 
 class Call:
@@ -63,21 +60,12 @@ class Call:
         self.stopped = False    # the server stopped the child because its launcher was stopped
 
 
-def _set_sched(policy):
-    try:
-        os.sched_setscheduler(0, policy, os.sched_param(0))
-        return True
-    except OSError:
-        return False
-
-
 def _holder(child_main, report):
     """In the holder, a fork of the server: fork the child, leave the session, report, wait, report."""
     me = os.getpid()
     pid = os.fork()
     if pid == 0:
         child_main(me)  # never returns
-    _set_sched(os.SCHED_OTHER)  # (it reports a child's end: promptly, whatever the server forked it at)
     os.setsid()   # (after the fork: the child stays in the caller's session, its parent does not)
     adopt.close_all_but([report])
     os.write(report, struct.pack("<I", pid))
@@ -145,34 +133,15 @@ class Children:
                 os.close(extra)
         return True
 
-    def promote(self, now):
-        """Spares that could not prepare at SCHED_IDLE (the CPUs are busy) prepare at SCHED_OTHER."""
-        for one in self.spares:
-            if not one.ready and not one.promoted and now - one.made > PROMOTE_AFTER:
-                one.promoted = True
-                try:
-                    os.sched_setscheduler(one.pid, os.SCHED_OTHER, os.sched_param(0))
-                except OSError:
-                    pass
-
-    def unready(self):
-        return any(not s.ready and not s.promoted for s in self.spares)
-
     # ------------------------------------------------------------------ making spares
     def fill(self):
-        """Fork one spare if the pool is short; True if more are wanted. The server forks at SCHED_IDLE
-        (and the spare starts so): the work only takes a CPU no call's launcher or child wants."""
+        """Fork one spare if the pool is short; True if more are wanted."""
         s = self.server
         if s.stopping or len(self.spares) >= POOL or len(self.calls) + len(self.spares) >= s.max_children + POOL:
             return False
         if time.monotonic() < self.quiet_until:
             return False
-        idle = _set_sched(os.SCHED_IDLE)
-        try:
-            made = self.fork()
-        finally:
-            if idle:
-                _set_sched(os.SCHED_OTHER)
+        made = self.fork()
         if made:
             self.spares.append(made)
         return made is not None and len(self.spares) < POOL
@@ -234,34 +203,35 @@ class Children:
                 os._exit(0)
         theirs.close()
         os.close(report_w)
-        pid = self._child_pid(report)
-        pidfd = child_fd = None
         try:
             pidfd = os.pidfd_open(holder)
-            child_fd = os.pidfd_open(pid) if pid else None  # (the child is alive: its holder waits for it)
-        except OSError:  # cannot happen for a child alive and unreaped
-            pass
-        if pid is None or pidfd is None or child_fd is None:  # never leave one unwatched
+        except OSError:  # cannot happen for our own unreaped child: never leave one unwatched
             os.kill(holder, signal.SIGKILL)
             os.waitpid(holder, 0)
-            for fd in (report, pidfd, child_fd):
-                if fd is not None:
-                    os.close(fd)
+            os.close(report)
             ours.close()
             return None
         s.watch(pidfd)
         s.watch(ours.fileno())
-        return Spare(pid, child_fd, holder, pidfd, report, ours, learns)
+        s.watch(report)  # the child's pid comes on it as soon as the holder has forked it (child_pid)
+        return Spare(None, None, holder, pidfd, report, ours, learns)
 
-    @staticmethod
-    def _child_pid(report):
-        """The child's pid, which its holder reports as soon as it has forked it (within a second)."""
-        p = select.poll()
-        p.register(report, select.POLLIN)
-        if not p.poll(1000):
-            return None
-        data = os.read(report, 4)
-        return struct.unpack("<I", data)[0] if len(data) == 4 else None
+    def child_pid(self, fd):
+        """A holder reported its child's pid (the first 4 bytes of its report); False when ``fd`` is no
+        holder's report. A holder that ended before reporting is reaped as usual (its pidfd)."""
+        one = next((x for x in self.spares + list(self.calls.values()) if x.report == fd and x.pid is None), None)
+        if one is None:
+            return False
+        self.server.unwatch(fd)
+        try:
+            data = os.read(fd, 4)
+            if len(data) == 4:
+                pid = struct.unpack("<I", data)[0]
+                child = os.pidfd_open(pid)  # (alive: its holder waits for it before it writes anything else)
+                one.pid, one.child = pid, child
+        except OSError:
+            pass
+        return True
 
     @staticmethod
     def spare_main(child, server, listen):
@@ -306,8 +276,10 @@ class Children:
         except OSError:
             pass
         self.server.unwatch(spare.pidfd)
+        self.server.unwatch(spare.report)
         for fd in (spare.pidfd, spare.report, spare.child):
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         spare.chan.close()
 
     @staticmethod
@@ -323,7 +295,8 @@ class Children:
             data = b""
         finally:
             for fd in (one.report, one.pidfd, one.child):
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
         if len(data) >= Ended.FORMAT.size:
             return Ended(*Ended.FORMAT.unpack_from(data))
         return Ended(signal.SIGKILL)  # (its holder was killed: so was the child, by its death signal)
@@ -384,7 +357,7 @@ class Children:
             except (OSError, IndexError):
                 continue
             stopped = state == b"T"
-            if stopped != call.stopped:
+            if stopped != call.stopped and call.child is not None:
                 try:  # (through its pidfd: its pid may be free, and taken again, before we learn it ended)
                     signal.pidfd_send_signal(call.child, signal.SIGSTOP if stopped else signal.SIGCONT)
                     call.stopped = stopped

@@ -248,8 +248,6 @@ class Server:
                 wake = min(wake, min(p.deadline for p in self.pending.values()))
             if self.children.calls:
                 wake = min(wake, now + STOP_POLL)
-            if self.children.unready():
-                wake = min(wake, now + children.PROMOTE_AFTER)
             try:
                 events = self.sel.poll(0 if more else max(0.0, wake - now))
             except InterruptedError:
@@ -269,7 +267,6 @@ class Server:
                     self.refuse(p.sock, "no-request")
             if self.children.calls:
                 self.children.stop_with_launchers()
-            self.children.promote(now)
             if now >= next_tick:
                 next_tick = now + TICK
                 try:
@@ -295,7 +292,7 @@ class Server:
             return self.request(p.sock, p.peer, p.accepted)
         if self.children.owns(fd):
             return self.reap(fd)
-        if self.children.spare_said(fd):
+        if self.children.spare_said(fd) or self.children.child_pid(fd):
             return
         self.unwatch(fd)  # (nothing of ours: never spin on it)
 
@@ -503,12 +500,11 @@ class Server:
             v = sorted(x[i] for x in self.figures)
             return round(v[int(len(v) * q)], 3) if v else None
         ch = self.children
-        spares = [{"pid": s.pid, "learns": s.learns, "ready": s.ready, "promoted": s.promoted, "ownKB": _own_kb(s.pid)}
-                  for s in ch.spares]
+        spares = [{"pid": s.pid, "learns": s.learns, "ready": s.ready, "ownKB": _own_kb(s.pid)} for s in ch.spares]
         return {"key": self.key, "pid": os.getpid(), "bundle": self.bundle, "binDir": self.bindir,
                 "startedAt": self.started, "idleSeconds": round(time.monotonic() - self.last, 1),
                 "served": self.served, "refused": self.refused, "children": len(ch.calls),
-                "childPids": sorted(c.pid for c in ch.calls.values()), "pending": len(self.pending),
+                "childPids": sorted(c.pid for c in ch.calls.values() if c.pid), "pending": len(self.pending),
                 "peakChildren": self.peak_children, "pool": children.POOL, "spares": spares,
                 "sparesLost": ch.lost, "sparesMade": ch.made, "stoppedWithLauncher": self.stopped_launchers,
                 "sparePid": spares[0]["pid"] if spares else None, "spareLearns": bool(spares and spares[0]["learns"]),

@@ -1,4 +1,4 @@
-"""A spare's life before its call: prepare at SCHED_IDLE, then accept a call itself.
+"""A spare's life before its call: prepare, then accept a call itself.
 
 A prepared spare waits on the server's listening socket (EPOLLEXCLUSIVE: the kernel wakes one waiter per
 connection) and on its channel to the server (which closes it when it stops). It accepts a launcher's
@@ -46,10 +46,7 @@ def serve(child, server, listen_fd):
         if got:
             child.take(*got)
         return
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     prepare(child)
-    # Waiting, a spare runs at the usual priority: once woken by a call, it must not wait for an idle CPU.
-    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     _say(child, adopt.CHAN_READY)
     ep = select.epoll()
     ep.register(child.chan, select.EPOLLIN)
