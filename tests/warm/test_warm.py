@@ -37,7 +37,7 @@ def test_loopback_commands_identical(wbin, make_netns, version):
             subprocess.run(["ip", "-n", ns, "link", "set", "lo", "down"], check=True)
         before = served(wbin)
         w = run_plugin(exe, env, conf)
-        assert served(wbin) == before + 1, command
+        assert served(wbin) == before + 1, (command, w.stderr, servers(wbin))  # (why it went by exec, if it did)
         state_w = ip_json("link", "show", "lo", netns=ns)[0]["flags"]
         if command == "ADD":
             subprocess.run(["ip", "-n", ns, "link", "set", "lo", "down"], check=True)
@@ -477,14 +477,14 @@ def test_spare_faults_in_what_calls_write(wbin, tmp_path):
                    "a server with a spare after a call")
     assert srv["spareLearns"] and srv["prefaultPages"] > 50, srv
     # (a spare prepares itself once it is made, when a CPU is free: wait until it says it has)
-    srv = wait_for(lambda: next((s for s in servers(wbin) if s["spares"] and s["spares"][0]["ready"]), None),
+    srv = wait_for(lambda: next((s for s in servers(wbin) if s["spares"] and s["spares"][0]["prepared"]), None),
                    "the spare to have prepared itself")
     learning = _own_pages(srv["sparePid"])
     for _ in range(12):
         r = run_plugin(exe, cni_env("VERSION"))
         assert (r.rc, r.stdout) == (cold.rc, cold.stdout)
     srv = wait_for(lambda: next((s for s in servers(wbin) if s["spares"] and not s["spares"][0]["learns"]
-                                 and s["spares"][0]["ready"]), None), "a prepared spare that prefaults")
+                                 and s["spares"][0]["prepared"]), None), "a prepared spare that prefaults")
     pages = srv["prefaultPages"]
     owned = wait_for(lambda: (_own_pages(srv["sparePid"]) >= 0.9 * pages) and _own_pages(srv["sparePid"]),
                      "the spare to own the learnt pages", 10)

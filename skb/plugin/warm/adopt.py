@@ -30,7 +30,8 @@ HANDOFF = struct.Struct("<I")  # the server's header of a hand-off: the launcher
 CHAN_BEGAN = b"B"      # the call has begun
 CHAN_REFUSED = b"R"    # + "K" (a key-part difference: the server has drifted) or "A", + the reason
 CHAN_PAGES = b"P"      # + the packed page numbers the call wrote (learning spares)
-CHAN_READY = b"Y"      # the spare has prepared itself (before any call)
+CHAN_READY = b"Y"      # the spare waits for calls (it prepares itself meanwhile)
+CHAN_PREPARED = b"D"   # the spare has prepared itself
 CHAN_TAKEN = b"T"      # + u32 launcher pid, f64 accept time, the request; with the connection's fd: the spare
                        # accepted a call itself
 CHAN_FORWARD = b"F"    # + the request's kind, with the connection's fd: a status or stop request; or "?" + f64

@@ -1,9 +1,10 @@
 """The server's children: a small pool of spares forked ahead of calls, and the calls in flight.
 
-A spare is forked while no connection waits for the server, prepares itself, then accepts a call itself
-(spare.py); the server keeps the pool full, so every call of a burst finds a spare already forked, and most
-find one prepared (the server's forks never hold a call up: a ready spare accepts it meanwhile). A call
-the server accepts itself (no spare was ready) gets a child forked for it.
+A spare is forked while no connection waits for the server, and accepts a call itself at once, preparing
+itself while none comes (spare.py); the server keeps the pool full, so every call of a burst finds a spare
+already forked and waiting, and most find one prepared (the server's forks never hold a call up: a waiting
+spare accepts it meanwhile). A call the server accepts itself (no spare was waiting) gets a child forked
+for it.
 
 Each child has a parent of its own, its holder: the holder forks the child, then leaves the caller's
 session (setsid), waits for the child and reports its pid and its end to the server. The child joins the
@@ -35,7 +36,7 @@ class Ended:
 
 
 class Spare:
-    __slots__ = ("pid", "child", "holder", "pidfd", "report", "chan", "learns", "made", "ready")
+    __slots__ = ("pid", "child", "holder", "pidfd", "report", "chan", "learns", "made", "ready", "prepared")
 
     def __init__(self, pid, child, holder, pidfd, report, chan, learns):
         self.pid, self.holder, self.pidfd, self.report, self.chan = pid, holder, pidfd, report, chan
@@ -43,7 +44,8 @@ class Spare:
                                 # child are None until its holder has reported it (child_pid)
         self.learns = learns
         self.made = time.monotonic()
-        self.ready = False      # it said it has prepared itself
+        self.ready = False      # it said it waits for calls (it accepts them itself)
+        self.prepared = False   # it said it has prepared itself
 
 
 class Call:
@@ -98,7 +100,7 @@ class Children:
         return any(s.ready for s in self.spares)
 
     def spare_said(self, fd):
-        """A spare's channel is readable before its call: READY, a request it passes on (FORWARD), a
+        """A spare's channel is readable before its call: READY, PREPARED, a request it passes on (FORWARD), a
         refusal to count (COUNT), or a call it accepted itself (TAKEN: it becomes a call in flight). False
         when ``fd`` is no spare's channel."""
         one = next((s for s in self.spares if s.chan.fileno() == fd), None)
@@ -115,6 +117,8 @@ class Children:
             kind = msg[:1]
             if kind == adopt.CHAN_READY:
                 one.ready = True
+            elif kind == adopt.CHAN_PREPARED:
+                one.prepared = True
             elif kind == adopt.CHAN_COUNT:
                 self.server.count(msg[1:].decode("ascii", "replace"))
             elif kind == adopt.CHAN_FORWARD and fds:  # a control request, or a call whose request is late

@@ -6,7 +6,6 @@ its call instead of during it. Some spares learn instead (they do not prefault):
 its answer they report the pages their process wrote, read from /proc/self/pagemap (docs/WARM.md).
 """
 import os
-import select
 import struct
 
 from skb.plugin.warm import syscalls
@@ -100,15 +99,16 @@ def written():
     return struct.pack(f"<{len(out)}Q", *out)
 
 
-def prefault(runs, wake):
+def prefault(runs):
     """Fault in, writable, the learnt pages that lie in this process's own private writable mappings now
-    (what the server has since unmapped, or mapped again shared or read-only, is never touched), a step
-    at a time, stopping as soon as ``wake`` (its channel to the server) is readable: the server is done
-    with it."""
-    p = select.poll()
-    p.register(wake, select.POLLIN)
+    (what the server has since unmapped, or mapped again shared or read-only, is never touched), about
+    PREFAULT_STEP pages per step (a generator: the caller looks for a call between steps)."""
+    budget = PREFAULT_STEP
     for first, count in within(runs, private_writable()):
         for at in range(first, first + count, PREFAULT_STEP):
-            syscalls.populate_write(at << PAGE_SHIFT, min(PREFAULT_STEP, first + count - at) << PAGE_SHIFT)
-            if p.poll(0):
-                return
+            n = min(PREFAULT_STEP, first + count - at)
+            syscalls.populate_write(at << PAGE_SHIFT, n << PAGE_SHIFT)
+            budget -= n + 1  # (a system call costs about a page's worth)
+            if budget <= 0:
+                budget = PREFAULT_STEP
+                yield

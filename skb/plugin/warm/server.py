@@ -500,7 +500,8 @@ class Server:
             v = sorted(x[i] for x in self.figures)
             return round(v[int(len(v) * q)], 3) if v else None
         ch = self.children
-        spares = [{"pid": s.pid, "learns": s.learns, "ready": s.ready, "ownKB": _own_kb(s.pid)} for s in ch.spares]
+        spares = [{"pid": s.pid, "learns": s.learns, "ready": s.ready, "prepared": s.prepared,
+                   "ownKB": _own_kb(s.pid)} for s in ch.spares]
         return {"key": self.key, "pid": os.getpid(), "bundle": self.bundle, "binDir": self.bindir,
                 "startedAt": self.started, "idleSeconds": round(time.monotonic() - self.last, 1),
                 "served": self.served, "refused": self.refused, "children": len(ch.calls),

@@ -1,7 +1,8 @@
-"""A spare's life before its call: prepare, then accept a call itself.
+"""A spare's life before its call: accept a call itself, preparing meanwhile.
 
-A prepared spare waits on the server's listening socket (EPOLLEXCLUSIVE: the kernel wakes one waiter per
-connection) and on its channel to the server (which closes it when it stops). It accepts a launcher's
+A spare waits on the server's listening socket (EPOLLEXCLUSIVE: the kernel wakes one waiter per
+connection) and on its channel to the server (which closes it when it stops); between two looks at them,
+while nothing is there, it prepares itself, a step at a time (preparation). It accepts a launcher's
 connection, reads and admits the request as the server would, answers ACCEPTED and tells the server it
 has a call (CHAN_TAKEN, with the connection, its accept time and the request: the server reports the
 child's end if it is killed, and forks the next spare); then adopt.Child takes the call on. The server's
@@ -28,14 +29,16 @@ LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a
                         # the server's to wait for (its deadlines), never a spare's
 
 
-def prepare(child):
-    """Rehearse the last call's values, grow the fd table, fault in the learnt pages (until the server has
-    something to say)."""
+def preparation(child):
+    """The spare's preparation, one step per ``next``: rehearse the last call's values, grow the fd
+    table, then fault in the learnt pages a few at a time. A call that comes meanwhile is taken at once,
+    prepared or not: preparation only ever uses time no call is waiting for."""
     child.rehearse()
+    yield
     # the fd table grown now to hold the call's own fds above INTERNAL_FDS (the kernel never shrinks it)
     os.close(fcntl.fcntl(child.chan.fileno(), fcntl.F_DUPFD_CLOEXEC, adopt.INTERNAL_FDS + 64))
     if not child.learns:
-        pages.prefault(child.hot_runs, child.chan)
+        yield from pages.prefault(child.hot_runs)
 
 
 def serve(child, server, listen_fd):
@@ -46,15 +49,22 @@ def serve(child, server, listen_fd):
         if got:
             child.take(*got)
         return
-    prepare(child)
-    _say(child, adopt.CHAN_READY)
     ep = select.epoll()
     ep.register(child.chan, select.EPOLLIN)
     ep.register(listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+    _say(child, adopt.CHAN_READY)
+    steps = preparation(child)
     while True:
         try:
-            events = ep.poll()
+            events = ep.poll(0 if steps else -1)
         except InterruptedError:
+            continue
+        if not events and steps:
+            try:
+                next(steps)
+            except StopIteration:
+                steps = None
+                _say(child, adopt.CHAN_PREPARED)
             continue
         for fd, ev in events:
             if fd == child.chan.fileno():  # (the server has nothing for a pool spare but its end)
