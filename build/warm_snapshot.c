@@ -440,6 +440,25 @@ int skb_warm_place(const int *targets, const int *fds, int n, const int *interna
     }
     return 0;
 }
+
+#include <sys/mman.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* A spare's prefault step: fault in, writable, the page runs runs[2i] (first page) and runs[2i+1] (count)
+ * from run ``at`` on, until about ``budget`` pages (a system call counted as one) are done. The next run
+ * to do; n when all are done, or when the kernel has no MADV_POPULATE_WRITE (before Linux 5.14). */
+long skb_warm_prefault(const uint64_t *runs, long n, long at, long budget)
+{
+    for (; at < n && budget > 0; at++) {
+        if (madvise((void *)(uintptr_t)(runs[2 * at] << 12), (size_t)(runs[2 * at + 1] << 12), MADV_POPULATE_WRITE)
+            && errno == EINVAL)
+            return n;
+        budget -= (long)runs[2 * at + 1] + 1;
+    }
+    return at;
+}
 #endif
 
 uint64_t fnv1a(const char *s, size_t n)

@@ -5,13 +5,14 @@ a spare that has faulted those pages in ahead (MADV_POPULATE_WRITE, Linux 5.14+)
 its call instead of during it. Some spares learn instead (they do not prefault): once their call has
 its answer they report the pages their process wrote, read from /proc/self/pagemap (docs/WARM.md).
 """
+import array
 import os
 import struct
 
-from skb.plugin.warm import syscalls
+from skb.plugin.warm import snapshot
 
 PAGE_SHIFT = 12         # x86_64 pages (4 KiB)
-PREFAULT_STEP = 32      # pages faulted in between two looks for a waiting call (~50 us)
+PREFAULT_STEP = 32      # pages (a system call counted as one) faulted in between two looks for a call
 HOT_MAX = 2048          # pages a spare faults in ahead of its call, at most (8 MB: 2x a Go plugin's RSS)
 LEARN_FIRST, LEARN_EVERY = 8, 64  # which spares learn: the first ones, then every 64th
 PM_PRESENT, PM_EXCLUSIVE = 1 << 63, 1 << 56  # /proc/self/pagemap: the page is there and mapped only here
@@ -102,13 +103,13 @@ def written():
 def prefault(runs):
     """Fault in, writable, the learnt pages that lie in this process's own private writable mappings now
     (what the server has since unmapped, or mapped again shared or read-only, is never touched), about
-    PREFAULT_STEP pages per step (a generator: the caller looks for a call between steps)."""
-    budget = PREFAULT_STEP
-    for first, count in within(runs, private_writable()):
-        for at in range(first, first + count, PREFAULT_STEP):
-            n = min(PREFAULT_STEP, first + count - at)
-            syscalls.populate_write(at << PAGE_SHIFT, n << PAGE_SHIFT)
-            budget -= n + 1  # (a system call costs about a page's worth)
-            if budget <= 0:
-                budget = PREFAULT_STEP
-                yield
+    PREFAULT_STEP pages per step (a generator: the caller looks for a call between steps). The steps run
+    in C (skb_warm_prefault): a few hundred runs, one system call each, with no Python between them."""
+    todo = within(runs, private_writable())
+    flat = array.array("Q", [x for run in todo for x in run])
+    address, _ = flat.buffer_info()
+    step = snapshot.library().skb_warm_prefault
+    at = 0
+    while at < len(todo):
+        at = step(address, len(todo), at, PREFAULT_STEP)
+        yield

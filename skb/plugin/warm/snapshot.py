@@ -43,6 +43,8 @@ def library():
         _lib.skb_warm_snapshot.restype = ctypes.c_long
         _lib.skb_warm_place.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                         ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+        _lib.skb_warm_prefault.argtypes = (ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long)
+        _lib.skb_warm_prefault.restype = ctypes.c_long
     return _lib
 
 

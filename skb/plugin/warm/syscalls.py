@@ -1,5 +1,5 @@
 """The system calls a warm-start child needs to take a call on that the os module lacks (prctl, I/O
-priority, memory policy) and the spare's madvise, through the suite's one libc loader
+priority, memory policy), through the suite's one libc loader
 (skb.linux.netns.libc_function). What the child reads of itself, it reads in C (build/warm_snapshot.c).
 x86_64 numbers: the bundle is built for that architecture only."""
 from skb.linux.netns import libc_function
@@ -9,14 +9,12 @@ PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_TIMERSLACK, PR_SET_TSC, PR_MCE_KILL = 1, 1
 PR_SET_THP_DISABLE, PR_SET_SPECULATION_CTRL = 41, 53
 SPEC_MISFEATURES = (0, 1, 2)  # store bypass, indirect branch, L1D flush
 PR_SPEC_PRCTL, PR_SPEC_ENABLE, PR_SPEC_DISABLE, PR_SPEC_FORCE_DISABLE = 1, 2, 4, 8
-MADV_POPULATE_WRITE = 23  # Linux 5.14+
 NODEMASK_LONGS = 16       # 1024 nodes: more than any kernel config allows by default
 
 _prctl = libc_function("prctl", "int", "int", "ulong", "ulong", "ulong", "ulong")
 _prctl_name = libc_function("prctl", "int", "int", "char_p", "ulong", "ulong", "ulong")
 _syscall3 = libc_function("syscall", "int", "ulong", "ulong", "ulong", "ulong")
 _syscall_mask = libc_function("syscall", "int", "ulong", "ulong", "char_p", "ulong")
-_madvise = libc_function("madvise", "int", "ulong", "ulong", "int")
 
 
 def _ok(call, *args):
@@ -48,7 +46,3 @@ def set_ioprio(value):
 def set_mempolicy(mode, words):
     mask = b"".join(w.to_bytes(8, "little") for w in (list(words) + [0] * NODEMASK_LONGS)[:NODEMASK_LONGS])
     return _ok(_syscall_mask, SYS_SET_MEMPOLICY, mode, mask, NODEMASK_LONGS * 64)
-
-
-def populate_write(start, length):
-    return 0 if _ok(_madvise, start, length, MADV_POPULATE_WRITE) else -1
