@@ -148,19 +148,10 @@ def test_a_server_that_ends_before_the_call_began_sends_it_to_exec(wbin):
     """The call was accepted (the launcher has ACCEPTED and sent GO), but the server dies before its child
     began it (a failpoint stops each spare of the server right after it takes a call): the launcher goes
     by exec, and the call's answer is the exec'd one, never code 999."""
-    stop_servers(wbin)
     exe = os.path.join(wbin, "loopback")
     failpoint = None
     try:
-        wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server", 60)
-        srv = the_server(wbin)
-        failpoint = os.path.join(WARM_DIR, srv["key"] + ".failpoint")
-        with open(failpoint, "w") as f:
-            f.write("stop-before-begin")
-        stop_servers(wbin)
-        os.unlink(os.path.join(WARM_DIR, srv["key"] + ".spawn"))  # (the next call may start a server at once)
-        run_plugin(exe, cni_env("VERSION"))
-        srv = the_server(wbin)  # its spares read the failpoint when they are made
+        srv, failpoint = _server_with_failpoint(wbin, "stop-before-begin")
         p = subprocess.Popen([exe], env=cni_env("VERSION"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
         wait_for(lambda: open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "T",
@@ -170,6 +161,42 @@ def test_a_server_that_ends_before_the_call_began_sends_it_to_exec(wbin):
         cold = run_plugin(exe, cni_env("VERSION", **COLD))
         assert (p.returncode, out.decode()) == (cold.rc, cold.stdout), err
         wait_for(lambda: pid_gone(child), "the child to die with its server")
+    finally:
+        if failpoint and os.path.exists(failpoint):
+            os.unlink(failpoint)
+        stop_servers(wbin)
+
+
+def _server_with_failpoint(wbin, name):
+    """A new server whose spares all have the failpoint ``name``: (its status, the failpoint's path)."""
+    stop_servers(wbin)
+    exe = os.path.join(wbin, "loopback")
+    wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server", 60)
+    srv = the_server(wbin)
+    failpoint = os.path.join(WARM_DIR, srv["key"] + ".failpoint")
+    with open(failpoint, "w") as f:
+        f.write(name)
+    stop_servers(wbin)
+    os.unlink(os.path.join(WARM_DIR, srv["key"] + ".spawn"))  # (the next call may start a server at once)
+    run_plugin(exe, cni_env("VERSION"))
+    return the_server(wbin), failpoint  # (its spares read the failpoint when they are made)
+
+
+def test_a_spare_takes_a_call_before_it_has_prepared(wbin):
+    """A spare waits for calls from the moment it is made and prepares itself only meanwhile: a call never
+    waits for a preparation. With preparations that never end (a failpoint), every call is still served
+    warm by a spare, none by a child the server had to fork for it."""
+    failpoint = None
+    try:
+        srv, failpoint = _server_with_failpoint(wbin, "never-prepared")
+        wait_for(lambda: len([s for s in the_server(wbin)["spares"] if s["ready"]]) == 3, "three waiting spares")
+        before = served(wbin)
+        for _ in range(8):
+            w, c = _version(wbin), _version(wbin, **COLD)
+            assert (w.rc, w.stdout) == (c.rc, c.stdout)
+        now = the_server(wbin)
+        assert now["pid"] == srv["pid"] and served(wbin) == before + 8, now
+        assert now["dedicatedMade"] == 0 and not any(s["prepared"] for s in now["spares"]), now
     finally:
         if failpoint and os.path.exists(failpoint):
             os.unlink(failpoint)

@@ -87,7 +87,8 @@ class Children:
         self.server = server
         self.spares = []        # oldest first: the oldest has had the most time to prepare
         self.calls = {}         # pidfd -> Call
-        self.made = 0
+        self.made = 0           # pool spares forked
+        self.dedicated = 0      # children forked for a call the server accepted
         self.lost = 0
         self.learnt = pages.Learnt()
         self.rehearsal = None   # the last admitted request: what the next spares rehearse with
@@ -169,6 +170,8 @@ class Children:
             return None
         if not dedicated:  # (the first spares, and every 64th, learn: dedicated children never do)
             self.made += 1
+        else:
+            self.dedicated += 1
         learns = not dedicated and pages.learns(self.made)
         child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
         child.failpoint = s.failpoint()

@@ -162,7 +162,7 @@ class Server:
 
     def failpoint(self):
         """A test's failpoint for this server's next spares: the name in ``<key>.failpoint`` in the
-        root-only socket dir (tests/warm: "stop-before-begin"), or None. Read once per spare."""
+        root-only socket dir (tests/warm: "stop-before-begin", "never-prepared"), or None. Read once per spare."""
         try:
             fd = os.open(f"{self.key}.failpoint", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                          dir_fd=self.dir)
@@ -507,7 +507,7 @@ class Server:
                 "served": self.served, "refused": self.refused, "children": len(ch.calls),
                 "childPids": sorted(c.pid for c in ch.calls.values() if c.pid), "pending": len(self.pending),
                 "peakChildren": self.peak_children, "pool": children.POOL, "spares": spares,
-                "sparesLost": ch.lost, "sparesMade": ch.made, "stoppedWithLauncher": self.stopped_launchers,
+                "sparesLost": ch.lost, "sparesMade": ch.made, "dedicatedMade": ch.dedicated, "stoppedWithLauncher": self.stopped_launchers,
                 "sparePid": spares[0]["pid"] if spares else None, "spareLearns": bool(spares and spares[0]["learns"]),
                 "prefaultPages": len(ch.learnt.pages), "maxChildren": self.max_children, "rssKB": _rss_kb(),
                 "fds": len(os.listdir("/proc/self/fd")) - 1,

@@ -25,6 +25,7 @@ from skb.plugin.warm import adopt, admission, pages, wire
 # Where a spare receives a request: anonymous memory, made by the server, untouched (not resident) until a
 # spare writes a request into it, and then only the pages the request covers.
 _REQUEST = mmap.mmap(-1, wire.MAX_REQUEST)
+PREPARE_NICE = 19      # a spare prepares itself at this priority
 LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a request later than this is
                         # the server's to wait for (its deadlines), never a spare's
 
@@ -33,6 +34,9 @@ def preparation(child):
     """The spare's preparation, one step per ``next``: rehearse the last call's values, grow the fd
     table, then fault in the learnt pages a few at a time. A call that comes meanwhile is taken at once,
     prepared or not: preparation only ever uses time no call is waiting for."""
+    while child.failpoint == "never-prepared":  # (tests: a spare whose preparation never ends)
+        time.sleep(0.01)
+        yield
     child.rehearse()
     yield
     # the fd table grown now to hold the call's own fds above INTERNAL_FDS (the kernel never shrinks it)
@@ -60,9 +64,7 @@ def serve(child, server, listen_fd):
         except InterruptedError:
             continue
         if not events and steps:
-            try:
-                next(steps)
-            except StopIteration:
+            if not _step(steps):
                 steps = None
                 _say(child, adopt.CHAN_PREPARED)
             continue
@@ -76,6 +78,25 @@ def serve(child, server, listen_fd):
                 ep.close()
                 child.take(*took)
                 return
+
+
+def _step(steps):
+    """One step of preparation, at nice 19: it only takes CPU time no call wants (a call's child and its
+    launcher run at their caller's priority). The spare waits for calls at its own priority again (or at
+    the one the step adopted: rehearsing the last call's values may set it). False after the last step."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, PREPARE_NICE)
+    try:
+        next(steps)
+        return True
+    except StopIteration:
+        return False
+    finally:
+        if os.getpriority(os.PRIO_PROCESS, 0) == PREPARE_NICE:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, own)
+            except OSError:
+                pass  # (no right to raise it again: a call's adoption sets, and verifies, its caller's)
 
 
 def accept(child, server, listen_fd):
