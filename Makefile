@@ -85,9 +85,9 @@ build: dist/bin/.skb
 
 # `stage` renames the finished tree into place, so dist/bin is always whole; its .skb link stands for it.
 # Builds in the same tree are serialized (flock): two PyInstaller runs must not share build/work.
-dist/bin/.skb: $(WORK)/dist/skb-cni/skb-cni $(WORK)/launcher build/bundle.py build/notice.py LICENSE
+dist/bin/.skb: $(WORK)/dist/skb-cni/skb-cni $(WORK)/launcher $(WORK)/libskbwarm.so build/bundle.py build/notice.py LICENSE
 	$(LOCK) $(PYTHON) build/bundle.py stage --pyi $(WORK)/dist/skb-cni --launcher $(WORK)/launcher \
-	    --pyinstaller $(VENV)/bin/python --out dist/bin
+	    --warm-lib $(WORK)/libskbwarm.so --pyinstaller $(VENV)/bin/python --out dist/bin
 
 $(WORK)/dist/skb-cni/skb-cni: $(BUILD_STAMP) build/skb-cni.spec build/entry.py $(SOURCES)
 	@mkdir -p $(WORK)
@@ -96,9 +96,16 @@ $(WORK)/dist/skb-cni/skb-cni: $(BUILD_STAMP) build/skb-cni.spec build/entry.py $
 
 # Static, so the launcher needs nothing from the node. musl keeps it ~30 KB; glibc's -static is the fallback.
 # (The compiler is chosen when the recipe runs: on a fresh machine musl-gcc arrives with `deps`.)
-$(WORK)/launcher: build/launcher.c | $(BUILD_STAMP)
+LAUNCHER_SRC := build/launcher.c build/warm_client.c build/warm_snapshot.c
+$(WORK)/launcher: $(LAUNCHER_SRC) build/launcher.h | $(BUILD_STAMP)
 	@mkdir -p $(WORK)
-	$$(command -v musl-gcc || echo gcc) -static -Os -s -Wall -Wextra -o $@ $<
+	$$(command -v musl-gcc || echo gcc) -static -Os -s -Wall -Wextra -o $@ $(LAUNCHER_SRC)
+
+# The same snapshot code for the warm server's children (loaded with ctypes; linked to the bundle's glibc;
+# bound at load, in the server: a child resolves no symbol on its call's path).
+$(WORK)/libskbwarm.so: build/warm_snapshot.c build/launcher.h | $(BUILD_STAMP)
+	@mkdir -p $(WORK)
+	gcc -shared -fPIC -O2 -s -Wall -Wextra -Wl,-z,now -DSKB_WARM_LIB -o $@ build/warm_snapshot.c
 
 # Also writes the release tarball: one command gives both the installed suite and what to ship elsewhere.
 install: build $(TARBALL)

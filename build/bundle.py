@@ -153,6 +153,10 @@ def stage(args):
     os.chmod(out, 0o755)
     work = os.path.join(out, TMP_PREFIX + "stage")
     shutil.copytree(args.pyi, work, symlinks=True)
+    if args.warm_lib:  # the snapshot of warm start (build/warm_snapshot.c), beside the module that loads it
+        dst = os.path.join(work, "_internal", "skb", "plugin", "warm", os.path.basename(args.warm_lib))
+        shutil.copyfile(args.warm_lib, dst)
+        os.chmod(dst, 0o755)
     print(f"stage: host libraries for {work}")
     add_host_libraries(work)
     shutil.copyfile(os.path.join(ROOT, "LICENSE"), os.path.join(work, "LICENSE"))
@@ -308,6 +312,7 @@ def main(argv=None):
     s.add_argument("--pyinstaller", default=sys.executable,
                    help="the Python that ran PyInstaller (for its version and license, in NOTICE)")
     s.add_argument("--out", required=True, help="bin dir to create (replaced if present)")
+    s.add_argument("--warm-lib", help="libskbwarm.so, the warm-start snapshot library (build/warm_snapshot.c)")
     i = sub.add_parser("install", help="install a staged bin dir into DEST")
     i.add_argument("src")
     i.add_argument("dest")

@@ -7,7 +7,7 @@ interpreter finalization (module teardown, a last GC) only costs time in a proce
 ``os`` and ``sys`` are already loaded by PyInstaller's bootstrap: no import cost here.
 
 ``skb-cni --warm-serve KEY BINDIR`` (started by a launcher, never by hand) is the warm-start server
-(skb/plugin/warm.py); its children run each call through ``run`` below, the same function as here.
+(skb/plugin/warm/); its children run each call through ``run`` below, the same function as here.
 """
 import gc
 import os
@@ -49,6 +49,6 @@ def run(argv):
 
 if len(sys.argv) > 1 and sys.argv[1] == "--warm-serve":
     from skb.applets import APPLETS
-    from skb.plugin.warm import serve
+    from skb.plugin.warm.server import serve
     serve(sys.argv, run, APPLETS)
 run(sys.argv)

@@ -6,6 +6,8 @@ chosen applet's module is imported: every import here is paid on every plugin ca
 """
 import sys
 
+from skb.cni.versions import VERSION_REPLY   # (imports nothing; every applet loads it anyway)
+
 APPLETS = {
     "loopback": "skb_plugins.loopback.loopback",
     "ptp": "skb_plugins.ptp.ptp",
@@ -39,7 +41,6 @@ def main(argv=None):
         # Every plugin gives the same answer: reply before loading any plugin code. podman asks each
         # plugin of each network before every command, so this path is hot. (With SKB_DEBUG_LOG set the
         # call goes through the dispatcher, which records it.)
-        from skb.cni.versions import VERSION_REPLY
         sys.stdout.write(VERSION_REPLY)
         return 0
     module = __import__(APPLETS[name], fromlist=["main"])

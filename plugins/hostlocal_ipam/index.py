@@ -21,7 +21,7 @@ import stat as _stat
 
 from skb.cni.addr import IP
 from skb.cni.errors import CNIError
-from skb_plugins.hostlocal_ipam.reservations import write_all
+from skb.cni.jsonio import write_all
 
 MAGIC = b"skb-host-local-index-v5"
 FOLD_AT = 32768            # journal bytes past which the journal is folded into a new base

@@ -15,6 +15,7 @@ import stat as _stat
 
 from skb.cni.addr import IP
 from skb.cni.errors import CNIError, IO_FAILURE
+from skb.cni.jsonio import read_bounded, write_all
 
 _OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -74,27 +75,9 @@ def read_entry(path, limit=ENTRY_LIMIT, dir_fd=None):
         st = os.fstat(fd)
         if not _stat.S_ISREG(st.st_mode):
             return False
-        step = max(st.st_size + 1, 65536)     # the whole file in one read, as a rule
-        chunks, left = [], limit
-        while left is None or left > 0:
-            chunk = os.read(fd, step if left is None else min(left, step))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if left is not None:
-                left -= len(chunk)
-        return b"".join(chunks)
+        return read_bounded(fd, limit, st.st_size)     # the whole file in one read, as a rule
     finally:
         os.close(fd)
-
-
-def write_all(fd, data, offset=None):
-    """Every byte of ``data`` to ``fd`` (at ``offset`` with pwrite, else at the file position)."""
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        chunk = view[done:]
-        done += os.write(fd, chunk) if offset is None else os.pwrite(fd, chunk, offset + done)
 
 
 def open_private_dir(name, dir_fd):

@@ -1,10 +1,15 @@
-"""JSON in and out on the C accelerator alone.
+"""JSON in and out on the C accelerator alone, and a document's bytes in and out of a descriptor.
 
 ``import json`` costs ~7-10 ms (it pulls in re, enum, functools ...), more than Go's whole loopback call,
 so the hot path drives ``_json``'s scanner and encoder directly. The pure-Python ``json`` module is loaded
 only to describe a syntax error, where a few milliseconds do not matter.
+
+``read_bounded`` and ``write_all`` are the suite's one bounded reader and one write-everything loop: here,
+because every plugin loads this module, so that no caller (host-local's store, skel, the doctor through
+skb.linux.files) loads a module more for them.
 """
 import _json
+import os
 
 
 class _ScanContext:
@@ -275,3 +280,29 @@ def dumps(obj):
     if not s.isascii() and _has_surrogate(s):
         s = _replace_surrogates(s)
     return s
+
+
+def read_bounded(fd, limit=None, size_hint=0):
+    """Up to ``limit`` bytes (None: all) from ``fd`` until its end; ``size_hint`` (the file's size, when
+    known) makes it one read as a rule. Raises OSError."""
+    step = max(size_hint + 1, 1 << 16)
+    chunks = []
+    while limit is None or limit > 0:
+        chunk = os.read(fd, step if limit is None else min(limit, step))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if limit is not None:
+            limit -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def write_all(fd, data, offset=None):
+    """Write every byte of ``data`` to ``fd`` (a pipe or a socket may take part of it per write): at the
+    file position, or at ``offset`` with pwrite. Raises OSError."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        view = view[n:]
+        if offset is not None:
+            offset += n

@@ -158,6 +158,9 @@ def write_file_atomically(path, data, mode=0o644):
     tmp = os.path.join(d, f".{name}{CONF_TMP_INFIX}{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        # The installer's own write-everything loop, not skb.linux.files.write_all: it imports nothing of
+        # skb but itself (build/bundle.py runs it on the build host's Python), and it stops half-way for
+        # the crash test.
         view = memoryview(data)
         first = len(data) // 2   # written first, so that a test can kill us right after it
         while first:

@@ -15,11 +15,13 @@ against whatever directory the runtime happens to run in). Every such open goes 
 
 Errors are CNIErrors naming the key and the path: code 7 when the value is wrong (relative, missing, not
 a regular file, too large), code 5 when the file system refused (permissions, read-only, I/O).
-Only ``os`` is used: this module is loaded on plugin calls that name a file.
+Only ``os`` is used: this module is loaded on plugin calls that name a file, and by host-local, whose
+store reads and writes through ``read_bounded`` and ``write_all``.
 """
 import os
 
 from skb.cni.errors import CNIError, INVALID_CONFIG, IO_FAILURE
+from skb.cni.jsonio import read_bounded, write_all  # (their home: see there)
 from skb.cni.netconf import check_path
 
 __all__ = ["check_path", "read_regular", "read_bounded", "open_append", "append", "is_regular", "kind_name",
@@ -88,29 +90,6 @@ def read_regular(path, key, max_bytes, fix=""):
         raise CNIError(INVALID_CONFIG, f"{key} {path!r} is larger than {max_bytes} bytes",
                        fix or f"point {key} at a smaller file")
     return data
-
-
-def read_bounded(fd, limit=None, size_hint=0):
-    """Up to ``limit`` bytes (None: all) from ``fd`` until its end; ``size_hint`` (the file's size, when
-    known) makes it one read as a rule. Raises OSError."""
-    step = max(size_hint + 1, 1 << 16)
-    chunks = []
-    while limit is None or limit > 0:
-        chunk = os.read(fd, step if limit is None else min(limit, step))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        if limit is not None:
-            limit -= len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def write_all(fd, data):
-    """Write every byte of ``data`` to ``fd`` (a pipe or a socket may take part of it per write). Raises
-    OSError."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def open_append(path, key, mode=0o600, fix=""):

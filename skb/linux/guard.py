@@ -26,6 +26,17 @@ from skb.linux import netns
 from skb.cni.errors import CNIError, INVALID_ENV, INVALID_NETNS
 
 
+# The pid the caller knows this plugin process by. An exec'd plugin is its own; a warm call's child (a
+# fork of the warm-start server, docs/WARM.md) is the launcher the runtime executed, whose pid the server
+# has from the kernel (SO_PEERCRED) and sets here before the call begins.
+PLUGIN_PID = None
+
+
+def own_pids():
+    """The pids that are this plugin process: /proc/self's, and the caller's view of it (a warm call)."""
+    return {str(os.getpid()), str(PLUGIN_PID or os.getpid())}
+
+
 def _ident(path):
     try:
         st = os.stat(path)
@@ -58,7 +69,7 @@ def other_process(path):
     whatever namespace that PID has *now*: after PID reuse, another one. ``/proc/self`` and
     ``/proc/thread-self`` resolve to our own PID: None. Also recognised: ``<procfs>/<pid>/ns/net`` of a
     procfs mounted elsewhere (by its magic link)."""
-    own = str(os.getpid())
+    own = own_pids()
     todo = [c for c in reversed(path.split("/")) if c]
     if not path.startswith("/"):
         todo += [c for c in reversed(os.getcwd().split("/")) if c]
@@ -73,7 +84,7 @@ def other_process(path):
                 cur.pop()
             continue
         cur.append(c)
-        if len(cur) >= 2 and cur[0] == "proc" and cur[1].isdigit() and cur[1] != own:
+        if len(cur) >= 2 and cur[0] == "proc" and cur[1].isdigit() and cur[1] not in own:
             return int(cur[1])
         try:
             target = os.readlink("/" + "/".join(cur))
@@ -83,7 +94,7 @@ def other_process(path):
             # /proc/<pid>/ns/net or /proc/<pid>/task/<tid>/ns/net, wherever that procfs is mounted
             if len(cur) >= 3 and cur[-2] == "ns":
                 pid = cur[-5] if len(cur) >= 5 and cur[-4] == "task" else cur[-3]
-                if pid.isdigit() and pid != own:
+                if pid.isdigit() and pid not in own:
                     return int(pid)
             return None
         hops += 1

@@ -28,18 +28,20 @@ class NetnsAdminError(Exception):
     """Creating or deleting a named netns failed; the message says what and why."""
 
 
-def _libc(name):
+def libc(name):
+    """libc's ``mount``, ``umount2`` or ``unshare`` (``skb.linux.netns.libc_function``: OSError on -1),
+    loaded on first use. ``mount``'s data is a C string or None."""
     fn = _calls.get(name)
     if fn is None:
-        argtypes = {"mount": ("char_p", "char_p", "char_p", "ulong", "void_p"), "umount2": ("char_p", "int"),
+        argtypes = {"mount": ("char_p", "char_p", "char_p", "ulong", "char_p"), "umount2": ("char_p", "int"),
                     "unshare": ("int",)}[name]
         fn = _calls[name] = libc_function(name, "int", *argtypes)
     return fn
 
 
 def _mount(source, target, fstype, flags):
-    _libc("mount")(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
-                   flags, None)
+    libc("mount")(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
+                  flags, None)
 
 
 def valid_name(name):
@@ -83,7 +85,7 @@ def add(name, run_dir=RUN_DIR):
         code = 0
         try:
             os.close(r)
-            _libc("unshare")(CLONE_NEWNET)
+            libc("unshare")(CLONE_NEWNET)
             _mount("/proc/self/ns/net", path, "none", MS_BIND)
         except OSError as e:
             code = e.errno or 1
@@ -111,7 +113,7 @@ def delete(name, run_dir=RUN_DIR):
     if not os.path.lexists(path):
         raise NetnsAdminError(f'cannot remove namespace file "{path}": no such file')
     try:
-        _libc("umount2")(path.encode(), MNT_DETACH)
+        libc("umount2")(path.encode(), MNT_DETACH)
     except OSError as e:
         if e.errno not in (errno.EINVAL, errno.ENOENT):  # EINVAL: nothing mounted there
             raise NetnsAdminError(f'cannot unmount "{path}": {e.strerror}') from None

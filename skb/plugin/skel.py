@@ -362,11 +362,8 @@ def _write_fd(fd, text):
     data = text.encode("utf-8", "replace")
     try:
         n = os.write(fd, data)
-        if n < len(data):
-            # Local import, only when a pipe took part of the answer (one a few KiB long rarely is):
-            # skb.linux.files is otherwise not loaded by a call that names no file.
-            from skb.linux.files import write_all
-            write_all(fd, data[n:])
+        if n < len(data):  # (a pipe took part of the answer: one a few KiB long rarely is)
+            jsonio.write_all(fd, data[n:])
     except OSError:
         return False
     return True

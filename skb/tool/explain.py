@@ -23,7 +23,7 @@ from skb.tool.style import Style, fail
 from skb.tool.catalogue import ENTRIES, Values, fill
 from skb.tool.doctor import command as doctor_command
 from skb.tool.doctor.findings import SEVERITIES
-from skb.tool.doctor.files import BadFile, read_regular
+from skb.tool.doctor.files import BadFile, open_regular, read_regular
 
 INPUT_LIMIT = 1 << 20
 JOURNAL_UNITS = ("containerd", "crio", "kubelet")
@@ -210,7 +210,6 @@ def journal_lines(opts):
 
 def _tail(path):
     """The last LOG_TAIL bytes of a regular file."""
-    from skb.tool.doctor.files import open_regular
     fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size

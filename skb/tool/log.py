@@ -16,7 +16,8 @@ import time
 import stat
 
 from skb.tool.style import Style, fail
-from skb.tool.doctor.files import BadFile, open_regular, kind
+from skb.linux.files import kind_name
+from skb.tool.doctor.files import BadFile, open_regular
 from skb.tool.doctor.command import safe_stdout
 from skb.tool.replay import parse_text_records
 
@@ -311,7 +312,7 @@ def _check_rotation(path, reader, opts):
         rest.append(reader.buf)
     reader.close()
     if not stat.S_ISREG(st.st_mode):
-        fail("skb log", f"{path} is now {kind(st.st_mode)}, not a regular file", opts)
+        fail("skb log", f"{path} is now {kind_name(st.st_mode)}, not a regular file", opts)
         return None, rest
     try:
         new = _open(path)

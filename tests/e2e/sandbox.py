@@ -113,7 +113,10 @@ class Sandbox:
         return f"/proc/{self.pid1}/root{inner}"
 
     def nsenter(self):
-        return ["nsenter", "-t", str(self.pid1), "--net", "--mount", "--pid", "--"]
+        """Into the sandbox, in a session of its own (as a service manager starts a runtime, and as an
+        operator's shell runs one): its process group and session are then visible in the sandbox's pid
+        namespace, which warm start needs to serve its calls (docs/WARM.md)."""
+        return ["nsenter", "-t", str(self.pid1), "--net", "--mount", "--pid", "--", "setsid", "--wait"]
 
     def run(self, cmd, check=True, timeout=60, env=None, input=None, text=True):
         """Run ``cmd`` inside the sandbox; stdout/stderr captured."""

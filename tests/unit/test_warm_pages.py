@@ -1,7 +1,7 @@
-"""Warm start's page arithmetic (skb/plugin/warm.py): which learnt pages a spare may fault in."""
+"""Warm start's page arithmetic (skb/plugin/warm/pages.py): which learnt pages a spare may fault in."""
 from hypothesis import given, strategies as st
 
-from skb.plugin import warm
+from skb.plugin.warm import pages
 
 
 def _pages(runs):
@@ -10,9 +10,9 @@ def _pages(runs):
 
 def test_within_examples():
     ranges = [(10, 20), (30, 40)]
-    assert warm._within([(0, 5)], ranges) == []
-    assert warm._within([(8, 30)], ranges) == [(10, 10), (30, 8)]
-    assert warm._within([(12, 3), (19, 2), (39, 5)], ranges) == [(12, 3), (19, 1), (39, 1)]
+    assert pages.within([(0, 5)], ranges) == []
+    assert pages.within([(8, 30)], ranges) == [(10, 10), (30, 8)]
+    assert pages.within([(12, 3), (19, 2), (39, 5)], ranges) == [(12, 3), (19, 1), (39, 1)]
 
 
 def _sorted_disjoint(draw_list):
@@ -31,7 +31,7 @@ def test_within_is_the_intersection(runs, ranges):
     runs = [(lo, hi - lo) for lo, hi in _sorted_disjoint(runs)]
     ranges = _sorted_disjoint(ranges)
     mapped = {p for lo, hi in ranges for p in range(lo, hi)}
-    got = warm._within(runs, ranges)
+    got = pages.within(runs, ranges)
     assert _pages(got) == _pages(runs) & mapped
     assert sum(n for _, n in got) == len(_pages(got))  # no page twice
 
@@ -49,7 +49,7 @@ def test_private_writable_reads_this_process(tmp_path):
         addr = {name: ctypes.addressof(ctypes.c_char.from_buffer(m)) >> 12 for name, m in (("shared", shared),
                                                                                           ("priv", priv))}
         # (a read-only mapping cannot be exported as a writable buffer: it is found in /proc/self/maps by path)
-        ranges = warm._private_writable()
+        ranges = pages.private_writable()
         inside = lambda page: any(lo <= page < hi for lo, hi in ranges)  # noqa: E731
         assert inside(addr["priv"])
         assert not inside(addr["shared"])

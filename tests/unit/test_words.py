@@ -116,3 +116,17 @@ def test_a_cni_error_as_text_and_as_an_object():
                                                       "details": "fix x"})
     bare = CNIError(4, "m")
     assert (str(bare), bare.to_dict(), repr(bare)) == ("m", {"code": 4, "msg": "m"}, "CNIError(4, 'm', '')")
+
+
+def test_write_all_at_an_offset_goes_on_where_a_short_pwrite_stopped(tmp_path, monkeypatch):
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 10)
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, at: real(fd, bytes(data[:3]), at))   # 3 bytes a call
+    fd = os.open(p, os.O_RDWR)
+    try:
+        files.write_all(fd, b"abcdefgh", 4)
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0      # pwrite: the file position is not moved
+    finally:
+        os.close(fd)
+    assert p.read_bytes() == b"xxxxabcdefgh"

@@ -18,105 +18,11 @@ import time
 import pytest
 
 from tests.helpers import cni_env, ip_json, run_plugin
+from tests.warm.support import (COLD, LOOPBACK, WARM_DIR, alias, ask, install_copy, key_of_new_server, pid_gone,
+                                refused, refused_from_another, refused_via_alias, served, servers, slow_debug_call,
+                                stop_servers, the_server, wait_for, warm_and_cold)
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WARM_DIR = "/run/skb-cni/warm"
-LOOPBACK = {"cniVersion": "1.0.0", "name": "warm-lo", "type": "loopback"}
-COLD = {"SKB_WARM": "0"}
-
-
-def wait_for(pred, what, limit=30.0):
-    """Poll until pred() is true (a generous limit: this waits for processes, it does not time them)."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
-def install_copy(src, dest):
-    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "build", "bundle.py"), "install", src, dest], check=True,
-                   capture_output=True)
-    return dest
-
-
-def servers(bindir):
-    out = subprocess.run([os.path.join(bindir, "skb"), "warm", "status", "--json"], capture_output=True, text=True,
-                         check=True).stdout
-    found = {s["pid"]: s for s in json.loads(out) if s.get("binDir") == bindir and not s.get("stopping")}
-    return list(found.values())  # (a test's alias socket name leads to a server twice)
-
-
-def the_server(bindir):
-    return wait_for(lambda: (servers(bindir) or [None])[0], f"a warm server for {bindir}")
-
-
-def served(bindir):
-    return sum(s["served"] for s in servers(bindir))
-
-
-def refused(bindir, reason):
-    return sum(s["refused"].get(reason, 0) for s in servers(bindir))
-
-
-def pid_gone(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def stop_servers(bindir):
-    """Stop the servers of bindir (only those: other modules' servers are theirs)."""
-    for s in servers(bindir):
-        ask(os.path.join(WARM_DIR, s["key"] + ".sock"), b"Q")
-        wait_for(lambda: pid_gone(s["pid"]), f"server {s['pid']} to end")
-
-
-def ask(path, what):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.settimeout(10)
-    try:
-        s.connect(path)
-        s.send(what)
-        return s.recv(1 << 16)
-    except OSError:
-        return b""
-    finally:
-        s.close()
-
-
-@pytest.fixture(scope="module")
-def wbin(tmp_path_factory):
-    """A private install, with its server running (started by a first call, as on a node)."""
-    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path_factory.mktemp("warm") / "bin"))
-    run_plugin(os.path.join(bindir, "loopback"), cni_env("VERSION"))
-    the_server(bindir)
-    yield bindir
-    stop_servers(bindir)
-    for name in os.listdir(WARM_DIR) if os.path.isdir(WARM_DIR) else ():
-        if name.endswith(".sock"):  # servers of this install in other contexts (other netns, mount ns)
-            st = json.loads(ask(os.path.join(WARM_DIR, name), b"S") or b"{}")
-            if st.get("binDir") == bindir:
-                ask(os.path.join(WARM_DIR, name), b"Q")
-                wait_for(lambda: pid_gone(st["pid"]), "server to end")
-
-
-def warm_and_cold(exe, env, stdin=b"", bindir=None, expect_warm=True):
-    """The same call with warm start and with SKB_WARM=0: both outcomes, checking which one was served."""
-    before = served(bindir)
-    w = run_plugin(exe, env, stdin)
-    assert served(bindir) == before + (1 if expect_warm else 0), "the warm call was not served as expected"
-    c = run_plugin(exe, dict(env, **COLD), stdin)
-    assert served(bindir) == before + (1 if expect_warm else 0), "SKB_WARM=0 must go by exec"
-    return w, c
-
 
 # ------------------------------------------------------------------------------ same outcome, warm or cold
 
@@ -131,7 +37,7 @@ def test_loopback_commands_identical(wbin, make_netns, version):
             subprocess.run(["ip", "-n", ns, "link", "set", "lo", "down"], check=True)
         before = served(wbin)
         w = run_plugin(exe, env, conf)
-        assert served(wbin) == before + 1, command
+        assert served(wbin) == before + 1, (command, w.stderr, servers(wbin))  # (why it went by exec, if it did)
         state_w = ip_json("link", "show", "lo", netns=ns)[0]["flags"]
         if command == "ADD":
             subprocess.run(["ip", "-n", ns, "link", "set", "lo", "down"], check=True)
@@ -205,8 +111,11 @@ def test_child_context_is_the_exec_context(wbin, make_netns, tmp_path):
     results = {}
     for mode, extra in (("warm", {}), ("cold", COLD)):
         out = tmp_path / mode
-        script = ("p=$PPID; grep -E '^(Umask|SigBlk|SigIgn|SigCgt|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
-                  "Seccomp|Cpus_allowed_list|Uid|Gid|Groups):' /proc/$p/status; cat /proc/$p/limits; "
+        # (the signal mask: the hook's own, which is the plugin's; the plugin's own blocks every signal for an
+        # instant while it starts the hook)
+        script = ("p=$PPID; grep -E '^(Umask|SigIgn|SigCgt|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|"
+                  "Seccomp|Cpus_allowed_list|Uid|Gid|Groups):' /proc/$p/status; grep SigBlk /proc/self/status; "
+                  "cat /proc/$p/limits; "
                   "readlink /proc/$p/cwd /proc/$p/fd/0 /proc/$p/root; stat -L -c %F /proc/$p/fd/1 /proc/$p/fd/2; "
                   "cat /proc/$p/comm; env | sort | grep -v '^_=' ; umask; ulimit -a; "
                   "echo session $(cut -d' ' -f6 /proc/$p/stat); cat /proc/$p/autogroup 2>/dev/null")
@@ -298,36 +207,6 @@ def test_unservable_callers_go_by_exec(wbin, how):
     assert outs[0] == outs[1]
 
 
-def _alias(bindir, other_key):
-    """Point the socket name of another context at this install's server: a caller of that context then
-    reaches a server that is not its own, which must refuse it."""
-    srv = the_server(bindir)
-    alias = os.path.join(WARM_DIR, other_key + ".sock")
-    if os.path.lexists(alias):
-        os.unlink(alias)
-    os.link(os.path.join(WARM_DIR, srv["key"] + ".sock"), alias)
-    return alias
-
-
-def _key_of_new_server(bindir, run_first_call):
-    """Make a first call in another context (it starts that context's server) and return that server's
-    key, after stopping it."""
-    known = {s["key"] for s in servers(bindir)}
-    run_first_call()
-
-    def new():
-        for name in os.listdir(WARM_DIR):
-            if name.endswith(".sock") and name[:-5] not in known:
-                st = json.loads(ask(os.path.join(WARM_DIR, name), b"S") or b"{}")
-                if st.get("binDir") == bindir:
-                    return st
-        return None
-    st = wait_for(new, "the other context's server")
-    ask(os.path.join(WARM_DIR, st["key"] + ".sock"), b"Q")
-    wait_for(lambda: pid_gone(st["pid"]), "the other context's server to end")
-    return st["key"]
-
-
 @pytest.mark.parametrize("kind, reason", [("net", "ns-net"), ("mnt", "ns-mnt"), ("uts", "ns-uts"),
                                           ("time", "ns-time")])
 def test_other_namespace_refused(wbin, make_netns, kind, reason):
@@ -348,55 +227,10 @@ def test_other_namespace_refused(wbin, make_netns, kind, reason):
         p = subprocess.run(prefix + [exe], env=dict(env, **extra), capture_output=True)
         return p.returncode, p.stdout, p.stderr
     try:
-        _refused_via_alias(wbin, call, reason)
+        refused_via_alias(wbin, call, reason)
     finally:
         keeper.kill()
         keeper.wait()
-
-
-def _refused_via_alias(wbin, call, reason):
-    """``call(extra_env)`` makes a call from another context: the first one starts that context's server
-    (then stopped); the next one, sent to this install's server instead (an alias of its socket), must
-    be refused for ``reason`` and go by exec, with the exec'd outcome. Returns that outcome."""
-    key = _key_of_new_server(wbin, call)
-    alias = _alias(wbin, key)
-    try:
-        before, refusals = served(wbin), refused(wbin, reason)
-        w = call()
-        assert served(wbin) == before and refused(wbin, reason) == refusals + 1
-        assert w == call(COLD)
-        return w
-    finally:
-        os.unlink(alias)
-
-
-_RUNNER = r"""
-import json, os, subprocess, sys
-exec(sys.argv[1])  # what makes this caller's context another one (the same for every call below)
-for line in sys.stdin:
-    cmd, env = json.loads(line)
-    p = subprocess.run(cmd, env=env, capture_output=True)
-    print(json.dumps([p.returncode, p.stdout.hex(), p.stderr.hex()]), flush=True)
-"""
-
-
-def _refused_from_another(wbin, setup, reason):
-    """_refused_via_alias, for calls made by one process whose context ``setup`` (Python, run first)
-    changed."""
-    runner = subprocess.Popen(["/usr/bin/python3", "-c", _RUNNER, setup], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    exe = os.path.join(wbin, "loopback")
-    env = cni_env("VERSION")
-
-    def call(extra={}):
-        runner.stdin.write(json.dumps([[exe], dict(env, **extra)]) + "\n")
-        runner.stdin.flush()
-        return json.loads(runner.stdout.readline())
-    try:
-        assert _refused_via_alias(wbin, call, reason)[0] == 0
-    finally:
-        runner.stdin.close()
-        runner.wait()
 
 
 def test_other_audit_login_refused(wbin):
@@ -406,7 +240,7 @@ def test_other_audit_login_refused(wbin):
                            capture_output=True, text=True)
     if probe.returncode != 0 or probe.stdout.strip() != "4242":
         pytest.skip(f"cannot set an audit login uid here (no CAP_AUDIT_CONTROL or no audit): {probe.stderr.strip()}")
-    _refused_from_another(wbin, "open('/proc/self/loginuid', 'w').write('4242')", "loginuid")
+    refused_from_another(wbin, "open('/proc/self/loginuid', 'w').write('4242')", "loginuid")
 
 
 def test_other_session_refused(wbin):
@@ -417,22 +251,22 @@ def test_other_session_refused(wbin):
     with open(f"/proc/{srv['pid']}/stat") as f:
         pgrp, sid = (int(x) for x in f.read().rsplit(")", 1)[1].split()[2:4])
     assert sid == os.getsid(0) and pgrp not in (os.getpgid(0), sid)
-    _refused_from_another(wbin, "os.setsid()", "sid")
+    refused_from_another(wbin, "os.setsid()", "sid")
 
 
 def test_other_bundle_refused(wbin, tmp_path):
     other = install_copy(wbin, str(tmp_path / "bin2"))  # same build, another install: another bundle path
     exe = os.path.join(other, "loopback")
     env = cni_env("VERSION")
-    key = _key_of_new_server(other, lambda: run_plugin(exe, env))
-    alias = _alias(wbin, key)
+    key = key_of_new_server(other, lambda: run_plugin(exe, env))
+    name = alias(wbin, key)
     try:
         before, refusals = served(wbin), refused(wbin, "bundle")
         w = run_plugin(exe, env)
         assert served(wbin) == before and refused(wbin, "bundle") == refusals + 1
         assert (w.rc, w.stdout) == (run_plugin(exe, dict(env, **COLD)).rc, run_plugin(exe, dict(env, **COLD)).stdout)
     finally:
-        os.unlink(alias)
+        os.unlink(name)
         stop_servers(other)
 
 
@@ -455,19 +289,9 @@ def test_request_from_a_non_root_peer_refused(wbin):
 
 # ------------------------------------------------------------------------------ failures and lifecycle
 
-def _slow_debug_call(bindir, tmp_path, ms, netns, extra=None, name="slow"):
-    conf = {"cniVersion": "1.0.0", "name": "warm-slow", "type": "debug", "inject": {"ADD": {"delayMs": ms}}}
-    with open(tmp_path / f"{name}.json", "w") as f:
-        json.dump(conf, f)
-    fin = open(tmp_path / f"{name}.json")
-    env = cni_env("ADD", netns=f"/run/netns/{netns}", containerid=name, path=bindir, **(extra or {}))
-    return subprocess.Popen([os.path.join(bindir, "debug")], env=env, stdin=fin, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-
-
 def test_launcher_killed_mid_call_kills_the_child(wbin, tmp_path, make_netns):
     srv = the_server(wbin)
-    p = _slow_debug_call(wbin, tmp_path, 60000, make_netns("warmslow"))
+    p = slow_debug_call(wbin, tmp_path, 60000, make_netns("warmslow"))
     child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
     p.kill()
     p.wait()
@@ -478,7 +302,7 @@ def test_launcher_killed_mid_call_kills_the_child(wbin, tmp_path, make_netns):
 
 def test_server_killed_mid_call_and_idle(wbin, tmp_path, make_netns):
     srv = the_server(wbin)
-    p = _slow_debug_call(wbin, tmp_path, 60000, make_netns("warmslow"))
+    p = slow_debug_call(wbin, tmp_path, 60000, make_netns("warmslow"))
     child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
     os.kill(srv["pid"], signal.SIGKILL)
     out, err = p.communicate(timeout=60)
@@ -504,7 +328,7 @@ def test_calls_beyond_the_cap_go_by_exec(wbin, tmp_path, make_netns):
     cap = srv["maxChildren"]
     busy = refused(wbin, "busy")
     ns = make_netns("warmcap")
-    procs = [_slow_debug_call(wbin, tmp_path, 4000, ns, name=f"c{i}") for i in range(cap + 4)]
+    procs = [slow_debug_call(wbin, tmp_path, 4000, ns, name=f"c{i}") for i in range(cap + 4)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert len({o for o, _ in outs}) == 1, outs  # every answer the same, served or not
@@ -652,13 +476,15 @@ def test_spare_faults_in_what_calls_write(wbin, tmp_path):
     srv = wait_for(lambda: next((s for s in servers(wbin) if s.get("sparePid") and s["served"] >= 1), None),
                    "a server with a spare after a call")
     assert srv["spareLearns"] and srv["prefaultPages"] > 50, srv
-    time.sleep(0.2)  # (a spare prepares itself a few ms after it is made)
+    # (a spare prepares itself once it is made, when a CPU is free: wait until it says it has)
+    srv = wait_for(lambda: next((s for s in servers(wbin) if s["spares"] and s["spares"][0]["prepared"]), None),
+                   "the spare to have prepared itself")
     learning = _own_pages(srv["sparePid"])
     for _ in range(12):
         r = run_plugin(exe, cni_env("VERSION"))
         assert (r.rc, r.stdout) == (cold.rc, cold.stdout)
-    srv = wait_for(lambda: next((s for s in servers(wbin) if s.get("sparePid") and not s["spareLearns"]), None),
-                   "a spare that prefaults")
+    srv = wait_for(lambda: next((s for s in servers(wbin) if s["spares"] and not s["spares"][0]["learns"]
+                                 and s["spares"][0]["prepared"]), None), "a prepared spare that prefaults")
     pages = srv["prefaultPages"]
     owned = wait_for(lambda: (_own_pages(srv["sparePid"]) >= 0.9 * pages) and _own_pages(srv["sparePid"]),
                      "the spare to own the learnt pages", 10)

@@ -6,7 +6,8 @@ from skb.cni import env as cnienv
 from skb.cni import jsonio
 from skb.tool import libcni
 from skb.tool.doctor.findings import Finding, plural
-from skb.tool.doctor.files import BadFile, read_regular, open_regular, lstat_kind, kind
+from skb.linux.files import kind_name
+from skb.tool.doctor.files import BadFile, read_regular, open_regular, lstat_kind
 
 BACKUP_SUFFIXES = (".bak", ".orig", ".old", ".disabled", ".save", ".swp", "~", ".dpkg-old", ".dpkg-dist",
                    ".rpmnew", ".rpmsave")
@@ -52,10 +53,10 @@ def _shown(name, own, target):
     if own is None:
         return name
     if stat.S_ISLNK(own):
-        return f"{name} -> ({kind(target) if target is not None else 'dangling'})"
+        return f"{name} -> ({kind_name(target) if target is not None else 'dangling'})"
     if stat.S_ISDIR(own):
         return name + "/"
-    return name if stat.S_ISREG(own) else f"{name} ({kind(own)})"
+    return name if stat.S_ISREG(own) else f"{name} ({kind_name(own)})"
 
 
 def _unusable(path, own, target, err, findings, reader):
@@ -74,7 +75,7 @@ def _unusable(path, own, target, err, findings, reader):
             f"unreadable ({(err.strerror or str(err)).lower() if err else 'unknown error'})"
         consequence = "reading it fails, and that failure aborts every network lookup in this directory"
     elif stat.S_ISFIFO(target):
-        why, consequence = kind(target), "reading it blocks until something writes to it: the runtime hangs loading its configuration"
+        why, consequence = kind_name(target), "reading it blocks until something writes to it: the runtime hangs loading its configuration"
     elif stat.S_ISDIR(target):
         why, consequence = "a symbolic link to a directory", "libcni does not skip it (the link is not a directory): reading it fails and aborts every lookup in this directory"
     elif stat.S_ISREG(target):
@@ -84,7 +85,7 @@ def _unusable(path, own, target, err, findings, reader):
         except BadFile as e:
             why, consequence = f"unreadable ({e.reason})", "reading it fails, and that failure aborts every network lookup in this directory"
     else:
-        why = kind(target)
+        why = kind_name(target)
         consequence = ("reading it fails or never ends (a device like /dev/zero): every network lookup in this "
                        "directory fails or hangs")
     findings.append(Finding("error", "unreadable-entry", f"{name} is {why}",
@@ -106,8 +107,8 @@ def check_conf_dir(view, findings):
                                 "(containerd reports 'cni config uninitialized' until then)", d))
         return []
     if target is None or not stat.S_ISDIR(target):
-        findings.append(Finding("error", "no-config", f"the CNI conf dir {d} is "
-                                f"{kind(target) if target is not None else 'a dangling symbolic link'}, not a directory",
+        what = kind_name(target) if target is not None else "a dangling symbolic link"
+        findings.append(Finding("error", "no-config", f"the CNI conf dir {d} is {what}, not a directory",
                                 f"{view.source} reads it ({view.origin})",
                                 f"replace it by a directory holding the pod network's .conflist", d))
         return []

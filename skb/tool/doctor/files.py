@@ -9,6 +9,8 @@ naming the path.
 import os
 import stat
 
+from skb.linux.files import kind_name, read_bounded
+
 CONFIG_LIMIT = 1 << 20        # a CNI or runtime config larger than this is not one
 
 
@@ -20,17 +22,6 @@ class BadFile(Exception):
         self.path = path
         self.reason = reason
         self.errno = errno_
-
-
-def kind(mode):
-    """A file type as an operator says it."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"),
-                       (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return name
-    return "a special file"
 
 
 def open_regular(path):
@@ -48,7 +39,7 @@ def open_regular(path):
         raise BadFile(path, (e.strerror or str(e)).lower(), e.errno) from None
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise BadFile(path, f"is {kind(st.st_mode)}, not a regular file")
+        raise BadFile(path, f"is {kind_name(st.st_mode)}, not a regular file")
     return fd
 
 
@@ -56,21 +47,14 @@ def read_regular(path, limit=CONFIG_LIMIT):
     """The bytes of a regular file of at most ``limit`` bytes."""
     fd = open_regular(path)
     try:
-        chunks, size = [], 0
-        while True:
-            try:
-                chunk = os.read(fd, min(1 << 16, limit + 1 - size))
-            except OSError as e:
-                raise BadFile(path, (e.strerror or str(e)).lower(), e.errno) from None
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise BadFile(path, f"is larger than {limit} bytes: not a file this reads")
-        return b"".join(chunks)
+        data = read_bounded(fd, limit + 1)
+    except OSError as e:
+        raise BadFile(path, (e.strerror or str(e)).lower(), e.errno) from None
     finally:
         os.close(fd)
+    if len(data) > limit:
+        raise BadFile(path, f"is larger than {limit} bytes: not a file this reads")
+    return data
 
 
 def lstat_kind(path):

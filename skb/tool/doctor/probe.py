@@ -12,17 +12,19 @@ What the ADD needed from the node is reported, not done: sysctls it changed in t
 value on the node differs (forwarding off: pods would get no traffic beyond the node). Links the DEL
 left behind in the scratch node are reported as leftovers.
 """
-import ctypes
 import errno
 import json
 import os
 import select
 import signal
+import tempfile
 import time
 
 from skb.cni.errors import CNIError
 from skb.tool import libcni
 from skb.linux import scratch_netns
+from skb.linux.files import write_all
+from skb.linux.netlink import RtNetlink
 from skb.tool.doctor.findings import Finding
 from skb.tool.doctor.reservations import host_local_stores
 
@@ -42,32 +44,17 @@ NEEDS = {"net.ipv4.ip_forward": ("IPv4 forwarding is off on the node", "forwardi
          "net.ipv4.conf.all.forwarding": ("IPv4 forwarding is off on the node", "forwarding-off"),
          "net.ipv6.conf.all.forwarding": ("IPv6 forwarding is off on the node", "forwarding-off")}
 
-_libc = None
-
 
 class Isolation(Exception):
     """The probe cannot keep the node unchanged; the message says what could not be isolated."""
 
 
-def _c():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-        _libc.unshare.argtypes = (ctypes.c_int,)
-    return _libc
-
-
-def _check(rc, what):
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise Isolation(f"{what}: {os.strerror(err)}")
-
-
 def _mount(source, target, fstype, flags, data=None):
     enc = (lambda s: s.encode() if s is not None else None)
-    _check(_c().mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
-           f"cannot mount {fstype or 'over'} {target}")
+    try:
+        scratch_netns.libc("mount")(enc(source), enc(target), enc(fstype), flags, enc(data))
+    except OSError as e:
+        raise Isolation(f"cannot mount {fstype or 'over'} {target}: {os.strerror(e.errno)}") from None
 
 
 def read_sysctls():
@@ -126,16 +113,18 @@ def ips_on(res, ifname):
 # the scratch node (runs in the forked child only)
 
 def _links():
-    from skb.linux.netlink import RtNetlink
     with RtNetlink(label="the scratch node") as nl:
         return sorted(link.name for link in nl.link_list())
 
 
 def _scratch_node(scratch):
     """Enter a new netns and mount namespace; a private tmpfs on ``scratch`` for namespaces and state."""
-    _check(_c().unshare(CLONE_NEWNS | CLONE_NEWNET), "cannot create the scratch node's namespaces (needs root)")
+    try:
+        scratch_netns.libc("unshare")(CLONE_NEWNS | CLONE_NEWNET)
+    except OSError as e:
+        raise Isolation("cannot create the scratch node's namespaces (needs root): "
+                        f"{os.strerror(e.errno)}") from None
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    from skb.linux.netlink import RtNetlink
     with RtNetlink(label="the scratch node") as nl:
         nl.link_set_up("lo")                 # a node's lo is up
     try:
@@ -212,9 +201,7 @@ def _run_child(view, netconf, opts, scratch):
                 reply = {"skipped": str(e)}
             except BaseException as e:     # the child must always answer and exit
                 reply = {"skipped": f"{type(e).__name__}: {e}"}
-            data = json.dumps(reply).encode()
-            while data:
-                data = data[os.write(w, data):]
+            write_all(w, json.dumps(reply).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -267,7 +254,6 @@ def probe(view, netconf, opts, findings):
     made = None
     scratch = opts.netns_dir
     if not os.path.isdir(scratch):      # a mount point for the child's tmpfs, removed afterwards
-        import tempfile
         scratch = made = tempfile.mkdtemp(prefix="skb-probe-")
     try:
         reply = _run_child(view, netconf, opts, scratch)

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from skb.cni import result as cniresult
 from skb.cni.errors import CNIError
 from skb.tool.libcni.errors import LibcniError, NoConfigsFound, NotFound
-from skb.tool.libcni.gojson import _decode, _field, _json_kind, go_marshal, go_type
+from skb.tool.libcni.gojson import (_decode, _field, _json_kind, _map_field, _spellings, _struct_field, go_marshal,
+                                    go_type)
 from skb.cni import jsonio
+from skb.cni.netconf import fold
 from skb.linux.files import read_regular
 
 CURRENT_VERSION = "1.1.0"        # the spec version this library implements (libcni's version.Current())
@@ -27,9 +29,8 @@ class PluginConfig:
         self.type = _field(raw, "type") or ""
         self.name = _field(raw, "name") or ""
         self.cni_version = _field(raw, "cniVersion") or ""
-        self.capabilities = _field(raw, "capabilities") or {}
-        ipam = _field(raw, "ipam") or {}
-        self.ipam_type = _field(ipam, "type") or ""
+        self.capabilities = _map_field(raw, "capabilities") or {}
+        self.ipam_type = _struct_field(raw, "ipam", "type") or ""
 
     def description(self):
         """libcni's pluginDescription: ``type="ptp"``, plus the object's own name when it has one."""
@@ -56,23 +57,35 @@ class NetworkConfigList:
 
 
 
+# The fields of types.PluginConf that libcni reads or that must have their type: (JSON type, Go type).
+_PLUGIN_FIELDS = {"cniVersion": (str, "string"), "name": (str, "string"), "type": (str, "string"),
+                  "capabilities": (dict, "map[string]bool"), "ipam": (dict, "types.IPAM"), "dns": (dict, "types.DNS"),
+                  "prevResult": (dict, "map[string]interface {}")}
+_PLUGIN_FOLDED = {fold(k): k for k in _PLUGIN_FIELDS}
+
+
 def _check_plugin_fields(raw):
-    """The type errors Go's decoder reports when it reads a plugin object into types.PluginConf."""
+    """The type error Go's decoder reports when it reads a plugin object into types.PluginConf: the first
+    one in document order, in any spelling of a field (null is never one)."""
     if not isinstance(raw, dict):
         return f"json: cannot unmarshal {_json_kind(raw)} into Go value of type types.PluginConf"
-    for key, kind, gotype in (("cniVersion", str, "string"), ("name", str, "string"), ("type", str, "string"),
-                              ("capabilities", dict, "map[string]bool"), ("ipam", dict, "types.IPAM"),
-                              ("dns", dict, "types.DNS"), ("prevResult", dict, "map[string]interface {}")):
-        v = _field(raw, key)
-        if v is not None and not isinstance(v, kind):
+    for k, v in raw.items():
+        key = _PLUGIN_FOLDED.get(fold(k))
+        if key is None or v is None:
+            continue
+        kind, gotype = _PLUGIN_FIELDS[key]
+        if not isinstance(v, kind):
             return f"json: cannot unmarshal {_json_kind(v)} into Go struct field PluginConf.{key} of type {gotype}"
-    for cap, v in (_field(raw, "capabilities") or {}).items():
-        if v is not None and not isinstance(v, bool):
-            return (f"json: cannot unmarshal {_json_kind(v)} into Go struct field PluginConf.capabilities "
-                    f"of type bool")
-    ipam_type = _field(_field(raw, "ipam") or {}, "type")
-    if ipam_type is not None and not isinstance(ipam_type, str):
-        return f"json: cannot unmarshal {_json_kind(ipam_type)} into Go struct field IPAM.ipam.type of type string"
+        if key == "capabilities":
+            for on in v.values():
+                if on is not None and not isinstance(on, bool):
+                    return (f"json: cannot unmarshal {_json_kind(on)} into Go struct field PluginConf.capabilities "
+                            f"of type bool")
+        elif key == "ipam":
+            for ipam_type in _spellings(v, "type"):
+                if ipam_type is not None and not isinstance(ipam_type, str):
+                    return (f"json: cannot unmarshal {_json_kind(ipam_type)} into Go struct field IPAM.ipam.type "
+                            f"of type string")
     return None
 
 

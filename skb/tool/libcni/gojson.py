@@ -5,9 +5,11 @@ import re
 
 from skb.cni import jsonio
 from skb.cni.invoke import go_quote, json_kind as _json_kind
+from skb.cni.netconf import fold
 from skb.tool.libcni.errors import LibcniError
 
-__all__ = ["go_marshal", "go_type", "go_quote", "_json_kind", "_decode", "_field"]
+__all__ = ["go_marshal", "go_type", "go_quote", "_json_kind", "_decode", "_field", "_map_field", "_spellings",
+           "_struct_field"]
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -37,7 +39,8 @@ def go_marshal(obj, sort_keys=True):
 
 
 def go_type(v):
-    """Go's %T of a value decoded into interface{}."""
+    """Go's %T of a value decoded into interface{}: libcni's messages carry it word for word ("invalid type
+    float64 for disableCheck"), where skb's own messages describe a value (``skb.cni.errors.describe``)."""
     if v is None:
         return "<nil>"
     if isinstance(v, bool):
@@ -60,14 +63,47 @@ def _decode(data, where):
         raise LibcniError(f"{where}: {e}") from None
 
 
-def _field(obj, key):
-    """A struct field as Go's decoder finds it: exact key first, else a case-insensitive match."""
+def _spellings(obj, key):
+    """The values of the keys of ``obj`` that Go's decoder reads into the struct field ``key`` (equal to it
+    under Unicode simple case folding, ``skb.cni.netconf.fold``), in document order; none when ``obj`` is
+    not an object."""
     if not isinstance(obj, dict):
-        return None
-    if key in obj:
-        return obj[key]
-    low = key.lower()
-    for k, v in obj.items():
-        if k.lower() == low:
-            return v
-    return None
+        return []
+    want = fold(key)
+    return [v for k, v in obj.items() if fold(k) == want]
+
+
+def _field(obj, key):
+    """A string, number or boolean struct field as Go's decoder fills it: every spelling of ``key`` is
+    decoded into it in document order, so the last one wins, and null changes nothing
+    (docs/REFERENCE.md#decoding-a-configuration)."""
+    found = None
+    for v in _spellings(obj, key):
+        if v is not None:
+            found = v
+    return found
+
+
+def _struct_field(obj, key, sub):
+    """The field ``sub`` of the struct field ``key``: every spelling of ``key`` is decoded into the same
+    struct, so the last spelling of ``sub`` in any of them wins (``"ipam": {"type": "a"}, "IPAM": {}``
+    keeps "a")."""
+    found = None
+    for inner in _spellings(obj, key):
+        v = _field(inner, sub)
+        if v is not None:
+            found = v
+    return found
+
+
+def _map_field(obj, key):
+    """A map struct field (``map[string]bool``): null resets it, and each spelling that is an object adds
+    its entries to the map, a later entry replacing an earlier one of the same key (Go keeps a map's
+    entries when it decodes another object into it)."""
+    found = None
+    for v in _spellings(obj, key):
+        if v is None:
+            found = None
+        elif isinstance(v, dict):
+            found = {**(found or {}), **v}
+    return found

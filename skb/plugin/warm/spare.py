@@ -1,0 +1,194 @@
+"""A spare's life before its call: accept a call itself, preparing meanwhile.
+
+A spare waits on the server's listening socket (EPOLLEXCLUSIVE: the kernel wakes one waiter per
+connection) and on its channel to the server (which closes it when it stops); between two looks at them,
+while nothing is there, it prepares itself, a step at a time (preparation). It accepts a launcher's
+connection, reads and admits the request as the server would, answers ACCEPTED and tells the server it
+has a call (CHAN_TAKEN, with the connection, its accept time and the request: the server reports the
+child's end if it is killed, and forks the next spare); then adopt.Child takes the call on. The server's
+own Python work is thus not on a call's path. A status or stop request goes to the server (CHAN_FORWARD),
+as does a connection whose request is late (a silent client never holds a spare); a refused request is
+counted by the server (CHAN_COUNT); the spare, which has taken nothing on, goes back to waiting. A child
+forked for one call the server accepted itself (no spare was ready) only waits for that call on its
+channel (serve without a listening socket).
+"""
+import fcntl
+import mmap
+import os
+import select
+import socket
+import struct
+import time
+
+from skb.plugin.warm import adopt, admission, pages, wire
+
+# Where a spare receives a request: anonymous memory, made by the server, untouched (not resident) until a
+# spare writes a request into it, and then only the pages the request covers.
+_REQUEST = mmap.mmap(-1, wire.MAX_REQUEST)
+PREPARE_NICE = 19      # a spare prepares itself at this priority
+LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a request later than this is
+                        # the server's to wait for (its deadlines), never a spare's
+
+
+def preparation(child):
+    """The spare's preparation, one step per ``next``: rehearse the last call's values, grow the fd
+    table, then fault in the learnt pages a few at a time. A call that comes meanwhile is taken at once,
+    prepared or not: preparation only ever uses time no call is waiting for."""
+    while child.failpoint == "never-prepared":  # (tests: a spare whose preparation never ends)
+        time.sleep(0.01)
+        yield
+    child.rehearse()
+    yield
+    # the fd table grown now to hold the call's own fds above INTERNAL_FDS (the kernel never shrinks it)
+    os.close(fcntl.fcntl(child.chan.fileno(), fcntl.F_DUPFD_CLOEXEC, adopt.INTERNAL_FDS + 64))
+    if not child.learns:
+        yield from pages.prefault(child.hot_runs)
+
+
+def serve(child, server, listen_fd):
+    """Until a call is taken (then never returns) or the server is done with us (returns). Without a
+    ``listen_fd``: a child forked for one call the server hands it."""
+    if listen_fd is None:
+        got = child.wait()
+        if got:
+            child.take(*got)
+        return
+    ep = select.epoll()
+    ep.register(child.chan, select.EPOLLIN)
+    ep.register(listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+    _say(child, adopt.CHAN_READY)
+    steps = preparation(child)
+    while True:
+        try:
+            events = ep.poll(0 if steps else -1)
+        except InterruptedError:
+            continue
+        if not events and steps:
+            if not _step(steps):
+                steps = None
+                _say(child, adopt.CHAN_PREPARED)
+            continue
+        for fd, ev in events:
+            if fd == child.chan.fileno():  # (the server has nothing for a pool spare but its end)
+                return
+            if ev & (select.EPOLLHUP | select.EPOLLERR):  # the server shut its socket down: it is stopping
+                return
+            took = accept(child, server, listen_fd)
+            if took:
+                ep.close()
+                child.take(*took)
+                return
+
+
+def _step(steps):
+    """One step of preparation, at nice 19: it only takes CPU time no call wants (a call's child and its
+    launcher run at their caller's priority). The spare waits for calls at its own priority again (or at
+    the one the step adopted: rehearsing the last call's values may set it). False after the last step."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, PREPARE_NICE)
+    try:
+        next(steps)
+        return True
+    except StopIteration:
+        return False
+    finally:
+        if os.getpriority(os.PRIO_PROCESS, 0) == PREPARE_NICE:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, own)
+            except OSError:
+                pass  # (no right to raise it again: a call's adoption sets, and verifies, its caller's)
+
+
+def accept(child, server, listen_fd):
+    """Accept one connection and act on its request. (Request, connection fd) of an admitted call, else
+    None (nothing to accept, a request for the server, a refusal): the spare goes on waiting."""
+    try:
+        conn_fd = _accept4(listen_fd)
+    except BlockingIOError:
+        return None   # another waiter had it
+    except OSError as e:
+        _say(child, adopt.CHAN_COUNT + f"accept: {e}".encode("ascii", "replace"))
+        return None
+    accepted = time.monotonic()  # (CLOCK_MONOTONIC: the server's clock too)
+    conn = socket.socket(fileno=conn_fd)
+    try:
+        peer = admission.Peer(conn)
+        p = select.poll()
+        p.register(conn, select.POLLIN)
+        if not p.poll(LATE_REQUEST_MS):  # a silent client never holds a spare
+            wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + b"?" + struct.pack("<d", accepted), [conn.fileno()],
+                               socket.MSG_DONTWAIT)
+            conn.close()
+            return None
+        data, fds, truncated = wire.recv_with_fds(conn, wire.MAX_REQUEST, wire.MAX_FDS, socket.MSG_DONTWAIT,
+                                                  into=_REQUEST)
+    except OSError:
+        conn.close()
+        return None
+    if not data:
+        _close(fds)
+        conn.close()
+        return None
+    if data[:1] in (wire.STATUS, wire.STOP) and not fds:
+        if peer.uid != 0:
+            return _refuse(child, conn, "uid", fds)
+        try:  # the server answers it
+            wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + data[:1], [conn.fileno()], socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+        conn.close()
+        return None
+    if data[:1] != wire.CALL:
+        return _refuse(child, conn, "message", fds)
+    reason, req = admission.admit(server, conn, peer, data, fds, truncated, in_spare=True)
+    if reason:
+        return _refuse(child, conn, reason, fds)
+    # Ours: the launcher learns it first (its GO travels while we take the call on), then the server (it
+    # reports this call's end if we are killed, and forks the next spare).
+    try:
+        conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)  # (first: the launcher's GO travels meanwhile)
+        wire.send_with_fds(child.chan, adopt.CHAN_TAKEN + struct.pack("<Id", peer.pid, accepted) + data,
+                           [conn.fileno()], socket.MSG_DONTWAIT)
+    except OSError:
+        _close(fds)
+        conn.close()
+        return None
+    req.fds, req.peer_pid = fds, peer.pid
+    return req, conn.detach()
+
+
+def _accept4(listen_fd):
+    """accept4(2) on a raw fd (the listening socket is the server's: no socket object of ours owns it)."""
+    sock = socket.socket(fileno=listen_fd)
+    try:
+        conn, _ = sock._accept()
+        return conn
+    finally:
+        sock.detach()
+
+
+def _refuse(child, conn, reason, fds):
+    _close(fds)
+    try:
+        conn.send(wire.REFUSED + reason.encode(), socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+    conn.close()
+    _say(child, adopt.CHAN_COUNT + reason.encode())
+    return None
+
+
+def _say(child, msg):
+    try:
+        child.chan.send(msg, socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+
+
+def _close(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+

@@ -1,0 +1,169 @@
+"""What a plugin process inherits from its caller, warm as exec'd: one test per row of docs/WARM.md's
+table that a caller can set. Each row sets some state in a caller (a wrapper that then execs the plugin),
+runs the debug plugin with a hook that prints what it can see of the plugin process (/proc/$PPID) and
+of itself (inherited), warm and with SKB_WARM=0, and compares the two. The row also says how the warm
+call must have gone: served (the state adopted), refused for a reason (by exec), or sent elsewhere (a
+different context: this install's server never saw it)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import cni_env
+from tests.warm.support import COLD, refused, served, the_server, wait_for
+
+pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
+
+# The caller: applies a setup, then execs the plugin (argv[1:]) with the environment given in CALL_ENV
+# (Python's own start-up may have changed its own: PEP 538 sets LC_CTYPE) and its stdio.
+WRAPPER = r"""
+import ctypes, json, os, resource, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def prctl(*a):
+    a = [ctypes.c_ulong(x) for x in a] + [ctypes.c_ulong(0)] * (5 - len(a))
+    if libc.prctl(*a) != 0:
+        raise OSError(ctypes.get_errno(), "prctl")
+def syscall(*a):
+    if libc.syscall(*a) < 0:
+        raise OSError(ctypes.get_errno(), "syscall")
+try:
+    exec(os.environ.pop("SETUP"))
+except OSError as e:
+    sys.stderr.write(f"setup not possible here: {e}")
+    os._exit(77)
+os.execve(sys.argv[1], sys.argv[1:], json.loads(os.environ["CALL_ENV"]))
+"""
+
+# (an fd the plugin opens or closes meanwhile, for the hook's own pipes, has no flags or target by the
+# time they are read: skipped; those are close-on-exec anyway)
+NONCLOEXEC_FDS = ("for f in /proc/$PPID/fd/*; do n=${f##*/}; fl=$(awk '/^flags/{print $2}' /proc/$PPID/fdinfo/$n); "
+                  "t=$(readlink $f | sed 's/:\\[.*//'); "
+                  "[ -n \"$fl\" ] && [ -n \"$t\" ] && [ $((0$fl & 02000000)) = 0 ] && echo \"fd $n $t\"; done")
+GETMEMPOLICY = ("python3 -c \"import ctypes; m=ctypes.c_int(); n=(ctypes.c_ulong*16)(); "
+                "ctypes.CDLL(None).syscall(239, ctypes.byref(m), n, 1024, None, 0); print('mempolicy', m.value, n[0])\"")
+MCE = "python3 -c \"import ctypes; print('mce', ctypes.CDLL(None).prctl(34, 0, 0, 0, 0))\""
+STAT = "cut -d')' -f2 /proc/$PPID/stat | awk '{print \"nice\", $17, \"rtprio\", $38, \"policy\", $39}'"
+
+# id: (setup in the caller, probe in the hook, outcome: "served", "refused:<reason>", "elsewhere")
+ROWS = {
+    "thp-disable": ("prctl(41, 1)", "grep -h THP_enabled /proc/$PPID/status /proc/self/status", "served"),
+    "speculation": ("prctl(53, 0, 4)", "grep Speculation /proc/$PPID/status", "served"),
+    "mempolicy": ("m = (ctypes.c_ulong * 16)(1); syscall(238, 1, m, 1024)", GETMEMPOLICY, "served"),
+    "rt-priority": ("os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(7))", STAT, "served"),
+    "nice": ("os.nice(7)", STAT, "served"),
+    "oom-score-adj": ("open('/proc/self/oom_score_adj', 'w').write('345')", "cat /proc/$PPID/oom_score_adj",
+                      "served"),
+    "ioprio": ("syscall(251, 1, 0, 3 << 13)", "ionice -p $PPID; ionice", "served"),
+    "timerslack": ("prctl(29, 123456)", "cat /proc/$PPID/timerslack_ns", "served"),
+    "affinity": ("os.sched_setaffinity(0, {0})", "grep -h Cpus_allowed_list /proc/$PPID/status /proc/self/status",
+                 "served"),
+    "coredump-filter": ("open('/proc/self/coredump_filter', 'w').write('0x3f')", "cat /proc/$PPID/coredump_filter",
+                        "served"),
+    "mce-kill": ("prctl(33, 1, 1)", MCE, "served"),
+    "inherited-fds": ("os.dup2(os.open('/dev/null', os.O_RDONLY), 5); os.dup2(os.open('/etc/hostname', os.O_RDONLY), 7)",
+                      NONCLOEXEC_FDS, "served"),
+    "interval-timer": ("signal.setitimer(signal.ITIMER_REAL, 600)", "echo ran", "refused:itimers"),
+    "pending-signal": ("signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1]); os.kill(os.getpid(), signal.SIGUSR1)",
+                       # (the mask: the hook's own, which is the plugin's; the plugin's own blocks every signal
+                       # for an instant while it starts the hook)
+                       "grep -E '^(SigPnd|ShdPnd)' /proc/$PPID/status; grep SigBlk /proc/self/status",
+                       "refused:pending-signals"),
+    "rlimit-as": ("resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))",
+                  "grep 'Max address' /proc/$PPID/limits", "refused:rlimit-as"),
+    "rlimit-stack": ("resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))",
+                     "grep 'Max stack' /proc/$PPID/limits", "refused:rlimit-stack"),
+    # another context (the snapshot's key part): never reaches this install's server
+    "pid-for-children": ("libc.unshare(0x20000000) == 0 or (_ for _ in ()).throw(OSError(ctypes.get_errno(), 'unshare'))",
+                         "echo pid $$", "elsewhere"),
+    "subreaper": ("prctl(36, 1)", "echo ran", "elsewhere"),
+    "personality": ("libc.personality(0x0040000)", "cat /proc/$PPID/personality", "elsewhere"),
+    "session-keyring": ("syscall(250, 1, None)", "echo ran", "elsewhere"),
+}
+
+
+def _call(wbin, tmp_path, netns, setup, probe, mode, name):
+    out = tmp_path / f"{name}-{mode}.txt"
+    conf = {"cniVersion": "1.0.0", "name": "warm-row", "type": "debug", "addHooks": [["sh", "-c", f"({probe}) > {out}"]]}
+    env = cni_env("ADD", netns=f"/run/netns/{netns}", containerid=name, **(COLD if mode == "cold" else {}))
+    p = subprocess.run([sys.executable, "-c", WRAPPER, os.path.join(wbin, "debug")], capture_output=True,
+                       env={"SETUP": setup, "CALL_ENV": json.dumps(env), "PATH": env["PATH"]},
+                       input=json.dumps(conf).encode(), timeout=60)
+    if p.returncode == 77:
+        pytest.skip(p.stderr.decode())
+    seen = out.read_text() if out.exists() else "(the hook did not run)"
+    return p.returncode, p.stdout, seen
+
+
+@pytest.mark.parametrize("row", sorted(ROWS))
+def test_row_warm_as_exec(wbin, tmp_path, make_netns, row):
+    setup, probe, outcome = ROWS[row]
+    ns = make_netns("warmrow")
+    the_server(wbin)
+    reason = outcome.split(":")[1] if outcome.startswith("refused") else None
+    before, refusals = served(wbin), refused(wbin, reason) if reason else 0
+    warm = _call(wbin, tmp_path, ns, setup, probe, "warm", row)
+    if outcome == "served":
+        assert served(wbin) == before + 1, f"{row}: the warm call was not served: {the_server(wbin)['refused']}"
+    else:
+        assert served(wbin) == before, f"{row}: a call this server must not serve was served"
+        if reason:
+            assert refused(wbin, reason) == refusals + 1, f"{row}: not refused for {reason}"
+    cold = _call(wbin, tmp_path, ns, setup, probe, "cold", row)
+    assert warm == cold
+    assert warm[0] == 0 and "(the hook did not run)" not in warm[2]
+
+
+def test_drift_renice_and_oom_of_the_server_and_its_spares(wbin, tmp_path, make_netns):
+    """Someone renices the server and its spares and changes their oom_score_adj after they started: a
+    call still runs with its caller's values (the child reads its own per call and takes the caller's)."""
+    srv = the_server(wbin)
+    spares = wait_for(lambda: [s["pid"] for s in the_server(wbin).get("spares", [])], "the spares")
+    for pid in [srv["pid"]] + spares:
+        os.setpriority(os.PRIO_PROCESS, pid, 12)
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write("700")
+    ns = make_netns("warmdrift")
+    probe = STAT + "; cat /proc/$PPID/oom_score_adj"
+    before = served(wbin)
+    warm = _call(wbin, tmp_path, ns, "pass", probe, "warm", "drift")
+    assert served(wbin) == before + 1
+    assert warm == _call(wbin, tmp_path, ns, "pass", probe, "cold", "drift")
+    assert "nice 0 " in warm[2] and warm[2].split()[-1] == "0"
+
+
+def test_netns_passed_as_an_inherited_fd(wbin, make_netns):
+    """CNI_NETNS=/proc/self/fd/3, the namespace open on the caller's fd 3: works exec'd, so warm too."""
+    ns = make_netns("warmfd")
+    exe = os.path.join(wbin, "loopback")
+    conf = {"cniVersion": "1.0.0", "name": "warm-fd", "type": "loopback"}
+    outs = {}
+    for mode, extra in (("warm", {}), ("cold", COLD)):
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "down"], check=True)
+        before = served(wbin)
+        p = subprocess.run(["sh", "-c", f'exec 3</run/netns/{ns}; exec "$0"', exe],
+                           env=cni_env("ADD", netns="/proc/self/fd/3", ifname="lo", **extra),
+                           input=json.dumps(conf).encode(), capture_output=True)
+        flags = json.loads(subprocess.run(["ip", "-j", "-n", ns, "link", "show", "lo"], capture_output=True,
+                                          text=True).stdout)[0]["flags"]
+        outs[mode] = (p.returncode, p.stdout, "UP" in flags)
+        assert served(wbin) == before + (1 if mode == "warm" else 0)
+    assert outs["warm"] == outs["cold"] and outs["warm"][0] == 0 and outs["warm"][2], outs
+
+
+def test_guard_knows_the_callers_pid(wbin):
+    """DEL with CNI_NETNS=/proc/<the plugin's own pid>/ns/net: the same answer and note, warm or exec'd
+    (the warm child's own pid is not the one the caller knows)."""
+    exe = os.path.join(wbin, "loopback")
+    conf = {"cniVersion": "1.0.0", "name": "warm-guard", "type": "loopback"}
+    outs = {}
+    for mode, extra in (("warm", {}), ("cold", COLD)):
+        before = served(wbin)
+        p = subprocess.Popen(["sh", "-c", 'CNI_NETNS=/proc/$$/ns/net exec "$0"', exe], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cni_env("DEL", ifname="lo", **extra))
+        out, err = p.communicate(json.dumps(conf).encode(), timeout=30)
+        outs[mode] = (p.returncode, out, err.decode().replace(str(p.pid), "PID"))
+        assert served(wbin) == before + (1 if mode == "warm" else 0)
+    assert outs["warm"] == outs["cold"]
+

@@ -1,0 +1,259 @@
+"""The server is never blocked and never crashed by a client, a low limit or a burst; a call it cannot
+serve goes by exec, and a call that had not begun is never turned into an error (docs/WARM.md).
+
+Each test shows the outcome from outside: a legitimate call still served warm (the server's counters), its
+answer equal to the exec'd one, the server's pid unchanged, no code 999."""
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import subprocess
+
+import pytest
+
+from tests.helpers import cni_env, run_plugin
+from tests.warm.support import (COLD, WARM_DIR, ensure_server, pid_gone, refused, served, servers, slow_debug_call,
+                                stop_servers, the_server, wait_for)
+
+pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
+
+
+def _connect(srv):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(os.path.join(WARM_DIR, srv["key"] + ".sock"))
+    return s
+
+
+def _version(wbin, **extra):
+    return run_plugin(os.path.join(wbin, "loopback"), cni_env("VERSION", **extra))
+
+
+def test_idle_clients_cost_a_call_nothing(wbin):
+    """Root clients that connect and say nothing: calls are still served (not after the launcher's 2 s
+    wait, by exec), `skb warm status` answers, and the silent clients are dropped after their deadline."""
+    srv = the_server(wbin)
+    idle = [_connect(srv) for _ in range(3)]
+    try:
+        before = served(wbin)
+        for _ in range(3):
+            w, c = _version(wbin), _version(wbin, **COLD)
+            assert (w.rc, w.stdout) == (c.rc, c.stdout)
+        assert served(wbin) == before + 3  # (servers() itself asks `skb warm status`, with a timeout)
+        for s in idle:  # each is answered with a refusal once its deadline has passed
+            s.settimeout(30)
+            assert s.recv(100) == b"Rno-request"
+    finally:
+        for s in idle:
+            s.close()
+    assert the_server(wbin)["pid"] == srv["pid"]
+
+
+def test_a_killed_child_is_reported_at_once_with_an_idle_client_connected(wbin, tmp_path, make_netns):
+    """A call's child killed while a silent client holds a connection: the launcher ends (by the same
+    signal) without waiting for that client."""
+    srv = the_server(wbin)
+    p = slow_debug_call(wbin, tmp_path, 60000, make_netns("warmkill"))
+    child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+    idle = _connect(srv)
+    try:
+        os.kill(child, signal.SIGKILL)
+        p.wait(timeout=20)  # before the idle client leaves (it never sends anything)
+        assert p.returncode == -signal.SIGKILL
+    finally:
+        idle.close()
+
+
+def test_hostile_requests_are_refused_and_the_server_stays(wbin):
+    srv = the_server(wbin)
+    garbage = refused(wbin, "message")
+    for payload, fds in ((b"W\xff\xff\xff\xff\xff", []), (b"Wgarbage", []), (b"Z", []),
+                         (b"W" + bytes([0x43]) + struct.pack("<I", 3) + b"abc", [0, 1, 2])):
+        s = _connect(srv)
+        s.settimeout(10)
+        if fds:
+            s.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        else:
+            s.send(payload)
+        assert s.recv(100) == b"Rmessage"
+        s.close()
+    # a request larger than the server reads: refused, nothing read past it
+    s = _connect(srv)
+    s.settimeout(10)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    try:
+        s.send(b"W" + b"\0" * (2 << 20))
+        assert s.recv(100) == b"Rmessage"
+    except OSError:  # (the kernel may refuse a datagram that large outright: just as good)
+        pass
+    s.close()
+    assert refused(wbin, "message") >= garbage + 4
+    # status requests from a client that never reads its answers: the server does not wait for it
+    deaf = [_connect(srv) for _ in range(20)]
+    for s in deaf:
+        s.send(b"S")
+    w, c = _version(wbin), _version(wbin, **COLD)
+    assert (w.rc, w.stdout) == (c.rc, c.stdout)
+    for s in deaf:
+        s.close()
+    assert the_server(wbin)["pid"] == srv["pid"]
+
+
+def _low_limit():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+
+
+def _burst(wbin, tmp_path, ns, n=16):
+    """n concurrent debug ADDs (300 ms each) by callers with `ulimit -n 40`: (outputs, the exec'd output)."""
+    conf = tmp_path / "burst.json"
+    conf.write_text(json.dumps({"cniVersion": "1.0.0", "name": "warm-burst", "type": "debug",
+                                "inject": {"ADD": {"delayMs": 300}}}))
+    procs = []
+    for i in range(n):
+        with open(conf) as fin:
+            procs.append(subprocess.Popen([os.path.join(wbin, "debug")], stdin=fin, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, preexec_fn=_low_limit,
+                                          env=cni_env("ADD", containerid=f"b{i}", netns=f"/run/netns/{ns}")))
+    outs = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    with open(conf) as fin:
+        cold = subprocess.run([os.path.join(wbin, "debug")], stdin=fin, capture_output=True, preexec_fn=_low_limit,
+                              env=cni_env("ADD", containerid="b0", netns=f"/run/netns/{ns}", **COLD))
+    return outs, (cold.stdout, cold.returncode)
+
+
+def test_callers_under_a_low_fd_limit(wbin, tmp_path, make_netns):
+    """Callers with `ulimit -n 40` (soft and hard): a burst of 16 calls from them gets the exec'd answer
+    every time, whether they find no server (the first one may start one: a server never keeps such a
+    limit, it raises it or does not start) or a server started by a usual caller (each child takes on
+    the limit of 40). No 999, no server crash."""
+    ns = make_netns("warmburst")
+    stop_servers(wbin)
+    outs, cold = _burst(wbin, tmp_path, ns)
+    assert all(rc == 0 and out == cold[0] for (out, _), rc in outs), outs
+    for srv in servers(wbin):  # one started by those callers: with a limit of its own, or none at all
+        assert int(open(f"/proc/{srv['pid']}/limits").read().split("Max open files")[1].split()[0]) >= 4096
+    stop_servers(wbin)
+    exe = os.path.join(wbin, "loopback")
+    wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server started as usual", 60)
+    srv = the_server(wbin)
+    before = served(wbin)
+    outs, cold = _burst(wbin, tmp_path, ns)
+    assert all(rc == 0 and out == cold[0] for (out, _), rc in outs), outs
+    assert the_server(wbin)["pid"] == srv["pid"]
+    assert served(wbin) > before  # (calls beyond what the server can take go by exec: that is allowed)
+
+
+def test_a_server_that_ends_before_the_call_began_sends_it_to_exec(wbin):
+    """The call was accepted (the launcher has ACCEPTED and sent GO), but the server dies before its child
+    began it (a failpoint stops each spare of the server right after it takes a call): the launcher goes
+    by exec, and the call's answer is the exec'd one, never code 999."""
+    exe = os.path.join(wbin, "loopback")
+    failpoint = None
+    try:
+        srv, failpoint = _server_with_failpoint(wbin, "stop-before-begin")
+        p = subprocess.Popen([exe], env=cni_env("VERSION"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+        wait_for(lambda: open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "T",
+                 "the child to stop before beginning")
+        os.kill(srv["pid"], signal.SIGKILL)
+        out, err = p.communicate(timeout=30)
+        cold = run_plugin(exe, cni_env("VERSION", **COLD))
+        assert (p.returncode, out.decode()) == (cold.rc, cold.stdout), err
+        wait_for(lambda: pid_gone(child), "the child to die with its server")
+    finally:
+        if failpoint and os.path.exists(failpoint):
+            os.unlink(failpoint)
+        stop_servers(wbin)
+
+
+def _server_with_failpoint(wbin, name):
+    """A new server whose spares all have the failpoint ``name``: (its status, the failpoint's path)."""
+    stop_servers(wbin)
+    exe = os.path.join(wbin, "loopback")
+    wait_for(lambda: (run_plugin(exe, cni_env("VERSION")), servers(wbin))[1], "a server", 60)
+    srv = the_server(wbin)
+    failpoint = os.path.join(WARM_DIR, srv["key"] + ".failpoint")
+    with open(failpoint, "w") as f:
+        f.write(name)
+    stop_servers(wbin)
+    os.unlink(os.path.join(WARM_DIR, srv["key"] + ".spawn"))  # (the next call may start a server at once)
+    run_plugin(exe, cni_env("VERSION"))
+    return the_server(wbin), failpoint  # (its spares read the failpoint when they are made)
+
+
+def test_a_spare_takes_a_call_before_it_has_prepared(wbin):
+    """A spare waits for calls from the moment it is made and prepares itself only meanwhile: a call never
+    waits for a preparation. With preparations that never end (a failpoint), every call is still served
+    warm by a spare, none by a child the server had to fork for it."""
+    failpoint = None
+    try:
+        srv, failpoint = _server_with_failpoint(wbin, "never-prepared")
+        wait_for(lambda: len([s for s in the_server(wbin)["spares"] if s["ready"]]) == 3, "three waiting spares")
+        before = served(wbin)
+        for _ in range(8):
+            w, c = _version(wbin), _version(wbin, **COLD)
+            assert (w.rc, w.stdout) == (c.rc, c.stdout)
+        now = the_server(wbin)
+        assert now["pid"] == srv["pid"] and served(wbin) == before + 8, now
+        assert now["dedicatedMade"] == 0 and not any(s["prepared"] for s in now["spares"]), now
+    finally:
+        if failpoint and os.path.exists(failpoint):
+            os.unlink(failpoint)
+        stop_servers(wbin)
+
+
+def test_a_late_request_is_the_servers_to_wait_for(wbin):
+    """A client that connects and sends its request late: the spare that accepted it passes it on to the
+    server (a silent client never holds a spare), which waits for it and answers it (here: a malformed
+    request, refused); a legitimate call meanwhile is served warm."""
+    srv = ensure_server(wbin)
+    s = _connect(srv)
+    s.settimeout(20)
+    before = served(wbin)
+    w, c = _version(wbin), _version(wbin, **COLD)
+    assert (w.rc, w.stdout) == (c.rc, c.stdout) and served(wbin) == before + 1
+    s.send(b"Wlate garbage")
+    assert s.recv(100) == b"Rmessage"
+    s.close()
+
+
+def _stack_unlimited():
+    resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
+def test_no_server_from_a_caller_with_an_infinite_stack_limit(wbin):
+    """Such a caller's calls go by exec (rlimit-stack), and the server it would start does not: its
+    children would keep the legacy memory layout that limit gives it (docs/WARM.md, row 101)."""
+    key = ensure_server(wbin)["key"]
+    stop_servers(wbin)
+    os.unlink(os.path.join(WARM_DIR, key + ".spawn"))  # (so that the first call below may start one at once)
+    exe = os.path.join(wbin, "loopback")
+    for _ in range(3):
+        p = subprocess.run([exe], env=cni_env("VERSION"), capture_output=True, preexec_fn=_stack_unlimited)
+        cold = run_plugin(exe, cni_env("VERSION", **COLD))
+        assert (p.returncode, p.stdout.decode()) == (cold.rc, cold.stdout)
+    logs = [n for n in os.listdir(WARM_DIR) if n.endswith(".log")]
+    said = "".join(open(os.path.join(WARM_DIR, n)).read() for n in logs)
+    assert "infinite stack limit" in said, said
+    assert not servers(wbin)
+    ensure_server(wbin)
+
+
+def test_an_inherited_fd_past_the_servers_limit_goes_by_exec(wbin):
+    """An fd the caller holds at a number a spare cannot place its own fds above (the last one its limit
+    allows): refused (fds), by exec, with the exec'd answer."""
+    srv = ensure_server(wbin)
+    limit = int(open(f"/proc/{srv['pid']}/limits").read().split("Max open files")[1].split()[0])
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard < limit:
+        pytest.skip(f"this test's own fd limit ({hard}) is below the server's ({limit})")
+    exe = os.path.join(wbin, "loopback")
+    target = limit - 1
+    # (bash: it opens any fd number; subprocess's own preexec would be undone by its close_fds)
+    call = ["bash", "-c", f'ulimit -n {limit} && exec {target}<&0 && exec "$0"', exe]
+    before = refused(wbin, "fds")
+    p = subprocess.run(call, env=cni_env("VERSION"), capture_output=True)
+    c = subprocess.run(call, env=cni_env("VERSION", **COLD), capture_output=True)
+    assert (p.returncode, p.stdout) == (c.returncode, c.stdout) and p.returncode == 0
+    assert refused(wbin, "fds") == before + 1
