@@ -10,6 +10,7 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 
 import pytest
 
@@ -201,6 +202,38 @@ def test_a_spare_takes_a_call_before_it_has_prepared(wbin):
         if failpoint and os.path.exists(failpoint):
             os.unlink(failpoint)
         stop_servers(wbin)
+
+
+def _refusals(wbin):
+    return sum(sum(s["refused"].values()) for s in servers(wbin))
+
+
+def test_spares_share_no_writable_memory(wbin):
+    """Spares receive requests at the same moment: memory one could write and another read would let two
+    calls tear each other's requests. Read from the kernel (/proc/<spare>/maps): no spare has a shared
+    writable mapping (an anonymous one shows as /dev/zero, shared with the server and every sibling)."""
+    ensure_server(wbin)
+    srv = wait_for(lambda: next((s for s in servers(wbin) if len([x for x in s["spares"] if x["pid"]]) >= 2), None),
+                   "a server with two spares")
+    for spare in srv["spares"]:
+        if not spare["pid"]:
+            continue
+        with open(f"/proc/{spare['pid']}/maps") as f:
+            shared = [line.strip() for line in f if line.split()[1][1] == "w" and line.split()[1][3] == "s"]
+        assert shared == [], (spare, shared)
+    before = _refusals(wbin)
+    outs = []
+    def burst():
+        outs.extend(_version(wbin) for _ in range(20))
+    threads = [threading.Thread(target=burst) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cold = _version(wbin, **COLD)
+    assert {(r.rc, r.stdout) for r in outs} == {(cold.rc, cold.stdout)}
+    log = "".join(open(os.path.join(WARM_DIR, f)).read() for f in os.listdir(WARM_DIR) if f.endswith(".log"))
+    assert _refusals(wbin) == before, log     # 120 calls, six at a time: none refused
 
 
 def test_a_late_request_is_the_servers_to_wait_for(wbin):

@@ -356,6 +356,8 @@ class Server:
             self.refuse(conn, "message")
             return True
         self.last = accepted  # a call, served or not, is activity; `skb warm status` is not
+        if len(self.children.calls) >= self.max_children:
+            self.reap_ended()
         reason, req = admission.admit(self, conn, peer, data, fds, truncated)
         if reason:
             self.close_fds(fds)
@@ -370,6 +372,16 @@ class Server:
         self.send(conn, wire.ACCEPTED)
         self.peak_children = max(self.peak_children, len(self.children.calls))
         return True
+
+    def reap_ended(self):
+        """Reap, now, every call whose holder has ended (its pidfd is readable) but whose event this loop has
+        not handled yet: in a burst the loop lags behind, and a call that has ended must not count as in
+        flight against the cap (it would refuse a call as `busy` with far fewer running)."""
+        poll = select.poll()
+        for fd in self.children.calls:
+            poll.register(fd, select.POLLIN)
+        for fd, _ in poll.poll(0):
+            self.reap(fd)
 
     def reap(self, pidfd):
         got = self.children.reap(pidfd)

@@ -23,8 +23,10 @@ import time
 from skb.plugin.warm import adopt, admission, pages, wire
 
 # Where a spare receives a request: anonymous memory, made by the server, untouched (not resident) until a
-# spare writes a request into it, and then only the pages the request covers.
-_REQUEST = mmap.mmap(-1, wire.MAX_REQUEST)
+# spare writes a request into it, and then only the pages the request covers. Private: each spare writes
+# its own copy (mmap's default for anonymous memory is MAP_SHARED, and then two spares receiving at once
+# would tear each other's requests).
+_REQUEST = mmap.mmap(-1, wire.MAX_REQUEST, flags=mmap.MAP_PRIVATE)
 PREPARE_NICE = 19      # a spare prepares itself at this priority
 LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a request later than this is
                         # the server's to wait for (its deadlines), never a spare's
