@@ -62,46 +62,34 @@ def test_read_bounded_reads_to_the_end_or_the_limit(tmp_path, size, limit):
     assert got == data[:limit] if limit is not None else got == data
 
 
-def _reads(monkeypatch, most=None):
-    """Record the size each os.read asks for; with ``most``, a read returns at most that many bytes."""
+def _read_recorded(tmp_path, monkeypatch, data, *args, most=None, **kw):
+    """read_bounded(fd of a file holding ``data``, *args, **kw), and the size each os.read asked for; with
+    ``most``, a read returns at most that many bytes (a pipe or a slow file: part of what was asked for)."""
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
     asked, real = [], os.read
     monkeypatch.setattr(os, "read", lambda fd, n: asked.append(n) or real(fd, n if most is None else min(n, most)))
-    return asked
+    try:
+        return files.read_bounded(fd, *args, **kw), asked
+    finally:
+        monkeypatch.undo()
+        os.close(fd)
 
 
 def test_read_bounded_reads_64_kib_at_a_time_without_a_size(tmp_path, monkeypatch):
     data = os.urandom(150000)
-    (tmp_path / "f").write_bytes(data)
-    fd = os.open(tmp_path / "f", os.O_RDONLY)
-    asked = _reads(monkeypatch)
-    try:
-        assert files.read_bounded(fd) == data
-    finally:
-        os.close(fd)
-    assert asked == [65536] * 4        # 64 KiB, 64 KiB, the rest, then the end
+    # 64 KiB, 64 KiB, the rest, then the end
+    assert _read_recorded(tmp_path, monkeypatch, data) == (data, [65536] * 4)
 
 
 def test_read_bounded_with_the_size_reads_it_in_one_read_and_sees_the_end(tmp_path, monkeypatch):
     data = os.urandom(100000)
-    (tmp_path / "f").write_bytes(data)
-    fd = os.open(tmp_path / "f", os.O_RDONLY)
-    asked = _reads(monkeypatch)
-    try:
-        got = files.read_bounded(fd, size_hint=len(data))
-    finally:
-        os.close(fd)
-    assert (got, asked) == (data, [100001, 100001])
+    assert _read_recorded(tmp_path, monkeypatch, data, size_hint=len(data)) == (data, [100001, 100001])
 
 
 def test_read_bounded_takes_the_limit_to_its_last_byte_from_short_reads(tmp_path, monkeypatch):
-    (tmp_path / "f").write_bytes(b"abcdefghijklmnop")
-    fd = os.open(tmp_path / "f", os.O_RDONLY)
-    asked = _reads(monkeypatch, most=3)         # a pipe or a slow file: part of what was asked for
-    try:
-        got = files.read_bounded(fd, 10)
-    finally:
-        os.close(fd)
-    assert (got, asked) == (b"abcdefghij", [10, 7, 4, 1])     # and no read once the limit is reached
+    # and no read once the limit is reached
+    assert _read_recorded(tmp_path, monkeypatch, b"abcdefghijklmnop", 10, most=3) == (b"abcdefghij", [10, 7, 4, 1])
 
 
 def test_write_all_writes_everything_into_a_pipe_that_takes_part_at_a_time():
