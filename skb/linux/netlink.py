@@ -167,15 +167,19 @@ class RtNetlink:
         self._talk(kind, flags | NLM_F_ACK, payload)
 
     def _dump(self, kind, payload, what):
-        # NLM_F_DUMP_INTR: the table changed while the kernel walked it, the reply may miss or repeat
-        # entries. Retry (as Go's netlinksafe does); it is rare and the tables are small.
+        return self._until_whole(what, lambda: self._talk(kind, NLM_F_DUMP, payload))
+
+    def _until_whole(self, what, once):
+        """``once()`` -> (reply, interrupted), until a reply is not interrupted. NLM_F_DUMP_INTR: the table
+        changed while the kernel walked it, the reply may miss or repeat entries. Retry (as Go's netlinksafe
+        does); it is rare and the tables are small. ``what`` names the table in errors."""
         for _ in range(10):
             try:
-                replies, intr = self._talk(kind, NLM_F_DUMP, payload)
+                reply, intr = once()
             except _KernelError as e:
                 raise self._error(e, f"listing {what}") from None
             if not intr:
-                return replies
+                return reply
         raise CNIError(TRY_AGAIN, f"listing {what} in netns {self.label} was interrupted 10 times",
                        "the table kept changing while it was read; try again")
 
@@ -191,16 +195,7 @@ class RtNetlink:
             except OSError:
                 strict = False
         try:
-            for _ in range(10):
-                seq = self._send(kind, NLM_F_DUMP, payload)
-                try:
-                    datagrams, intr = self._read_raw(seq)
-                except _KernelError as e:
-                    raise self._error(e, f"listing {what}") from None
-                if not intr:
-                    return datagrams
-            raise CNIError(TRY_AGAIN, f"listing {what} in netns {self.label} was interrupted 10 times",
-                           "the table kept changing while it was read; try again")
+            return self._until_whole(what, lambda: self._read_raw(self._send(kind, NLM_F_DUMP, payload)))
         finally:
             if strict:
                 self._sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 0)
