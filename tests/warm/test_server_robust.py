@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -64,6 +65,41 @@ def test_a_killed_child_is_reported_at_once_with_an_idle_client_connected(wbin, 
         assert p.returncode == -signal.SIGKILL
     finally:
         idle.close()
+
+
+def _ready(srv):
+    return len([s for s in srv["spares"] if s["ready"]])
+
+
+def test_no_spare_is_forked_while_a_call_runs_and_one_is_ready(wbin, tmp_path, make_netns):
+    """The pool is refilled after a call, not during it, while a ready spare is left for the next call
+    (a fork and a new spare's start take CPU from the call); a burst that took every ready spare gets new
+    ones while its calls run."""
+    ensure_server(wbin)
+    srv = wait_for(lambda: next((s for s in servers(wbin) if _ready(s) == 3), None), "three ready spares")
+    made = srv["sparesMade"]
+    p = slow_debug_call(wbin, tmp_path, 60000, make_netns("warmfill"))
+    try:
+        wait_for(lambda: servers(wbin)[0]["children"] == 1, "the call in flight")
+        deadline = time.monotonic() + 1.0  # (a refill came at once, before this change: a non-event, watched)
+        while time.monotonic() < deadline:
+            now = servers(wbin)[0]
+            assert now["children"] == 1 and now["sparesMade"] == made, now
+            time.sleep(0.05)
+    finally:
+        p.kill()
+        p.wait()
+    wait_for(lambda: servers(wbin)[0]["children"] == 0 and _ready(servers(wbin)[0]) == 3, "the pool refilled")
+    assert servers(wbin)[0]["sparesMade"] == made + 1
+    # Three calls at once take the three ready spares: new ones come while the calls still run.
+    procs = [slow_debug_call(wbin, tmp_path, 60000, make_netns(f"warmfill{i}"), name=f"f{i}") for i in range(3)]
+    try:
+        wait_for(lambda: servers(wbin)[0]["children"] == 3 and _ready(servers(wbin)[0]) >= 1,
+                 "a ready spare while three calls run")
+    finally:
+        for q in procs:
+            q.kill()
+            q.wait()
 
 
 def test_hostile_requests_are_refused_and_the_server_stays(wbin):
