@@ -102,6 +102,27 @@ def test_no_spare_is_forked_while_a_call_runs_and_one_is_ready(wbin, tmp_path, m
             q.wait()
 
 
+def _stat(pid):
+    """(ppid, nice) of a process, read from the kernel."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return int(fields[1]), int(fields[16])
+
+
+def test_spares_are_made_at_low_priority_and_wait_at_the_servers(wbin):
+    """A pool spare is made off every call's path: its holder runs at nice 19 for its whole life (it only
+    waits), and the spare runs at 19 until it waits for calls, then at the server's own priority (a call is
+    never accepted at 19). Read from /proc."""
+    ensure_server(wbin)
+    srv = wait_for(lambda: next((s for s in servers(wbin) if len([x for x in s["spares"] if x["prepared"]]) == 3),
+                                None), "three prepared spares")
+    server_nice = _stat(srv["pid"])[1]
+    for spare in srv["spares"]:
+        holder, nice = _stat(spare["pid"])
+        assert nice == server_nice, (spare, nice, server_nice)
+        assert _stat(holder) == (srv["pid"], 19), (spare, _stat(holder))
+
+
 def test_hostile_requests_are_refused_and_the_server_stays(wbin):
     srv = the_server(wbin)
     garbage = refused(wbin, "message")

@@ -266,6 +266,7 @@ class Child:
         self.hot_runs = hot_runs
         self.bundle, self.locale = bundle, locale
         self.failpoint = None           # a test's failpoint (Server.failpoint)
+        self.nice = None                # a pool spare's priority once it waits for calls (the server's)
 
     # ------------------------------------------------------------------ before the call
     def rehearse(self):

@@ -181,6 +181,7 @@ class Children:
         child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
         child.failpoint = s.failpoint()
         server_pid = s.pid
+        child.nice = None if dedicated else os.getpriority(os.PRIO_PROCESS, 0)  # (the server's, now)
 
         def child_main(holder):
             try:
@@ -201,6 +202,10 @@ class Children:
             return None
         if holder == 0:
             try:
+                # A pool spare is made off any call's path: its holder, and the spare until it waits for
+                # calls, run at the preparation's priority (a call's end, and the next call, come first).
+                if not dedicated:
+                    os.setpriority(os.PRIO_PROCESS, 0, spare.PREPARE_NICE)
                 # The server's own handlers (they would stop the server from the child) go first.
                 _signal.signal(signal.SIGTERM, _signal.SIG_DFL)
                 _signal.signal(signal.SIGINT, _signal.default_int_handler)

@@ -58,6 +58,11 @@ def serve(child, server, listen_fd):
     ep = select.epoll()
     ep.register(child.chan, select.EPOLLIN)
     ep.register(listen_fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+    if child.nice is not None:  # made at PREPARE_NICE (children.py): it waits for calls at the server's
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, child.nice)
+        except OSError:
+            pass  # (no right to raise it again: a call's adoption sets, and verifies, its caller's)
     _say(child, adopt.CHAN_READY)
     steps = preparation(child)
     while True:
