@@ -150,7 +150,7 @@ class Children:
         if time.monotonic() < self.quiet_until:
             return False
         if self.calls and any(x.ready for x in self.spares):
-            return False  # (a fork, and the new spare's start, would take CPU from the call: after it)
+            return False
         made = self.fork()
         if made:
             self.spares.append(made)
