@@ -142,8 +142,8 @@ class Children:
     def fill(self):
         """Fork one spare if the pool is short; True if more are wanted. Not while a call runs and a spare is
         ready for the next: forking the server, and the new spare's start, would compete with that call for
-        the CPU (on 2 vCPUs a spaced VERSION took 1.4-1.5x Go's time, 1.06-1.16x once refills waited for the
-        call's end). A burst that has taken every ready spare gets new ones at once."""
+        the CPU (docs/WARM.md, "The pool", has the figures). A burst that has taken every ready spare gets new
+        ones at once."""
         s = self.server
         if s.stopping or len(self.spares) >= POOL or len(self.calls) + len(self.spares) >= s.max_children + POOL:
             return False
