@@ -154,23 +154,35 @@ for line in sys.stdin:
 """
 
 
+class Caller:
+    """One process that makes loopback VERSION calls for a test, in a context of its own: started by
+    ``prefix`` (a command that execs the rest), then changed by ``setup`` (Python, run first). Each call
+    is (returncode, stdout hex, stderr hex)."""
+
+    def __init__(self, wbin, setup="", prefix=()):
+        self.runner = subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _RUNNER, setup], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True)
+        self.exe = os.path.join(wbin, "loopback")
+        self.env = cni_env("VERSION")
+
+    def __call__(self, extra={}, before=()):
+        self.runner.stdin.write(json.dumps([[*before, self.exe], dict(self.env, **extra)]) + "\n")
+        self.runner.stdin.flush()
+        return json.loads(self.runner.stdout.readline())
+
+    def close(self):
+        self.runner.stdin.close()
+        self.runner.wait()
+
+
 def refused_from_another(wbin, setup, reason):
     """refused_via_alias, for calls made by one process whose context ``setup`` (Python, run first)
     changed."""
-    runner = subprocess.Popen(["/usr/bin/python3", "-c", _RUNNER, setup], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    exe = os.path.join(wbin, "loopback")
-    env = cni_env("VERSION")
-
-    def call(extra={}):
-        runner.stdin.write(json.dumps([[exe], dict(env, **extra)]) + "\n")
-        runner.stdin.flush()
-        return json.loads(runner.stdout.readline())
+    call = Caller(wbin, setup)
     try:
         assert refused_via_alias(wbin, call, reason)[0] == 0
     finally:
-        runner.stdin.close()
-        runner.wait()
+        call.close()
 
 
 def slow_debug_call(bindir, tmp_path, ms, netns, extra=None, name="slow"):

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from tests.helpers import cni_env, run_plugin
-from tests.warm.support import (COLD, WARM_DIR, ensure_server, pid_gone, refused, served, servers, slow_debug_call,
-                                stop_servers, the_server, wait_for)
+from tests.warm.support import (COLD, WARM_DIR, Caller, ensure_server, pid_gone, refused, served, servers,
+                                slow_debug_call, stop_servers, the_server, wait_for)
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
 
@@ -126,6 +126,50 @@ def test_spares_are_made_at_low_priority_and_wait_at_the_servers(wbin):
         holder, nice = _stat(spare["pid"])
         assert nice == mine, (spare, nice, mine)
         assert _stat(holder) == (srv["pid"], 19), (spare, _stat(holder))
+
+
+def _cap_eff(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("CapEff:")).split()[1], 16)
+
+
+CAP_SYS_NICE = 23
+
+
+def test_spares_of_callers_that_may_not_raise_their_priority_never_lower_it(wbin):
+    """Without CAP_SYS_NICE (a rootless runtime's user namespace, a bounding set without it), a process
+    may lower its priority but never raise it again. A server started there has spares that keep the
+    server's priority while they prepare, and that do not rehearse a lower one a call had: at nice 19, or
+    at the last call's 5, every later call at 0 would be refused as `nice` and go by exec."""
+    call = Caller(wbin, prefix=["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"])
+    try:
+        known = {s["pid"] for s in servers(wbin)}
+        assert call()[0] == 0  # (the runner has answered: setpriv has exec'd it)
+        assert not _cap_eff(call.runner.pid) >> CAP_SYS_NICE & 1  # (the premise, read from the kernel)
+
+        def theirs():
+            return next((s for s in servers(wbin) if s["pid"] not in known), None)
+        srv = wait_for(lambda: (call(), theirs())[1], "a server for callers without CAP_SYS_NICE", 60)
+        mine = os.getpriority(os.PRIO_PROCESS, srv["pid"])
+        assert mine == 0
+
+        def prepared(old):  # the server once three spares made after ``old`` ones have prepared
+            s = theirs()
+            return s if len([x for x in s["spares"] if x["prepared"] and x["pid"] not in old]) == 3 else None
+        srv = wait_for(lambda: prepared(()), "three prepared spares")
+        assert [_stat(x["pid"])[1] for x in srv["spares"]] == [mine] * 3
+        for _ in range(3):  # calls at nice 5: a spare takes each on (it may lower its priority)
+            assert call(before=["nice", "-n", "5"])[0] == 0
+        assert theirs()["served"] == srv["served"] + 3
+        srv = wait_for(lambda: prepared({x["pid"] for x in srv["spares"]}),
+                       "three new prepared spares (each rehearsed the last call, at nice 5)")
+        assert [_stat(x["pid"])[1] for x in srv["spares"]] == [mine] * 3
+        for _ in range(3):
+            assert call()[0] == 0
+        after = theirs()
+        assert (after["served"] - srv["served"], after["refused"].get("nice", 0)) == (3, 0)
+    finally:
+        call.close()
 
 
 def test_hostile_requests_are_refused_and_the_server_stays(wbin):

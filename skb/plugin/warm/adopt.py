@@ -206,7 +206,8 @@ _SETTERS = ((b"Umask:", Adopter.umask), (b"rlimits", Adopter.rlimits), (b"nice",
             (b"coredump_filter", Adopter.coredump_filter), (b"mempolicy", Adopter.mempolicy),
             (b"Cpus_allowed_list:", Adopter.affinity), (b"SigIgn:", Adopter.ignored), (b"SigBlk:", Adopter.blocked))
 # What a spare rehearses with the last call's values (all reversible by a root process; a lower hard limit
-# is not, and is checked apart): the next call, from the same runtime, most likely has the same.
+# is not, nor a lower priority without CAP_SYS_NICE: both are checked apart): the next call, from the same
+# runtime, most likely has the same.
 REHEARSED = {b"Umask:", b"rlimits", b"nice", b"ioprio", b"timerslack", b"oom_score_adj", b"coredump_filter",
              b"Cpus_allowed_list:", b"SigIgn:"}
 
@@ -266,7 +267,9 @@ class Child:
         self.hot_runs = hot_runs
         self.bundle, self.locale = bundle, locale
         self.failpoint = None           # a test's failpoint (Server.failpoint)
-        self.nice = None                # a pool spare's priority once it waits for calls (the server's)
+        self.nice = None                # a pool spare's priority once it waits for calls (the server's); None:
+                                        # a dedicated child, or one that could not raise its priority again,
+                                        # which never changes it before a call (nor rehearses it)
 
     # ------------------------------------------------------------------ before the call
     def rehearse(self):
@@ -283,6 +286,8 @@ class Child:
                     want[b"rlimits"] = b" ".join(pairs)
                 if not _no_lower_hard(want.get(b"rlimits", b""), have.get(b"rlimits", b"")):
                     names.discard(b"rlimits")
+                if self.nice is None:  # a lower priority it could not leave again
+                    names.discard(b"nice")
                 Adopter(want, have).run(names)
                 environment(wire.parse(self.rehearsal).env)
             except (Refused, ValueError, OSError):

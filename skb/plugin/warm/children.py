@@ -93,6 +93,7 @@ class Children:
         self.learnt = pages.Learnt()
         self.rehearsal = None   # the last admitted request: what the next spares rehearse with
         self.quiet_until = 0.0  # no spare is forked before this (monotonic): one was just lost
+        self.lowers = False     # pool spares are made at PREPARE_NICE (and prepare at it): the server's setup
 
     def owns(self, fd):
         return fd in self.calls or any(s.pidfd == fd for s in self.spares)
@@ -181,7 +182,8 @@ class Children:
         child = adopt.Child(s.program, s.run, theirs, learns, self.rehearsal, s.locale, s.bundle, self.learnt.runs)
         child.failpoint = s.failpoint()
         server_pid = s.pid
-        child.nice = None if dedicated else os.getpriority(os.PRIO_PROCESS, 0)  # (the server's, now)
+        # (the server's, now; None: the child keeps the server's throughout)
+        child.nice = None if dedicated or not self.lowers else os.getpriority(os.PRIO_PROCESS, 0)
 
         def child_main(holder):
             try:
@@ -204,7 +206,7 @@ class Children:
             try:
                 # A pool spare is made off any call's path: its holder, and the spare until it waits for
                 # calls, run at the preparation's priority (a call's end, and the next call, come first).
-                if not dedicated:
+                if child.nice is not None:
                     os.setpriority(os.PRIO_PROCESS, 0, spare.PREPARE_NICE)
                 # The server's own handlers (they would stop the server from the child) go first.
                 _signal.signal(signal.SIGTERM, _signal.SIG_DFL)

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 
-from skb.plugin.warm import admission, children, snapshot, wire
+from skb.plugin.warm import admission, children, snapshot, spare, wire
 
 RUN_DIR = "/run/skb-cni"
 WARM_DIR = RUN_DIR + "/warm"
@@ -158,6 +158,7 @@ class Server:
         self.sock_id = _ident(os.stat(path, dir_fd=self.dir, follow_symlinks=False))
         self.sock.listen(128)
         self.sock.setblocking(False)
+        self.children.lowers = spare.priority_comes_back()
         return None
 
     def failpoint(self):
@@ -519,7 +520,7 @@ class Server:
                 "served": self.served, "refused": self.refused, "children": len(ch.calls),
                 "childPids": sorted(c.pid for c in ch.calls.values() if c.pid), "pending": len(self.pending),
                 "peakChildren": self.peak_children, "pool": children.POOL, "spares": spares,
-                "sparesLost": ch.lost, "sparesMade": ch.made, "dedicatedMade": ch.dedicated, "stoppedWithLauncher": self.stopped_launchers,
+                "sparesLost": ch.lost, "sparesMade": ch.made, "sparesLowerPriority": ch.lowers, "dedicatedMade": ch.dedicated, "stoppedWithLauncher": self.stopped_launchers,
                 "sparePid": spares[0]["pid"] if spares else None, "spareLearns": bool(spares and spares[0]["learns"]),
                 "prefaultPages": len(ch.learnt.pages), "maxChildren": self.max_children, "rssKB": _rss_kb(),
                 "fds": len(os.listdir("/proc/self/fd")) - 1,

@@ -32,6 +32,27 @@ LATE_REQUEST_MS = 2     # a launcher sends its request right after connecting: a
                         # the server's to wait for (its deadlines), never a spare's
 
 
+def priority_comes_back():
+    """Whether a child of this process, once at PREPARE_NICE, may set its priority back. Not without
+    CAP_SYS_NICE in the first user namespace (a rootless runtime's namespace, a bounding set without it),
+    unless RLIMIT_NICE allows it: then spares never lower their priority, for a spare left at 19 would
+    refuse every call (`nice`). The kernel's own answer, asked once of a child the server forks."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:
+        code = 1
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, PREPARE_NICE)
+            os.setpriority(os.PRIO_PROCESS, 0, own)
+            code = 0
+        finally:
+            os._exit(code)
+    return os.waitpid(pid, 0)[1] == 0
+
+
 def preparation(child):
     """The spare's preparation, one step per ``next``: rehearse the last call's values, grow the fd
     table, then fault in the learnt pages a few at a time. A call that comes meanwhile is taken at once,
@@ -71,7 +92,7 @@ def serve(child, server, listen_fd):
         except InterruptedError:
             continue
         if not events and steps:
-            if not _step(steps):
+            if not _step(steps, child.nice is not None):
                 steps = None
                 _say(child, adopt.CHAN_PREPARED)
             continue
@@ -87,19 +108,21 @@ def serve(child, server, listen_fd):
                 return
 
 
-def _step(steps):
-    """One step of preparation, at nice 19: it only takes CPU time no call wants (a call's child and its
-    launcher run at their caller's priority). The spare waits for calls at its own priority again (or at
-    the one the step adopted: rehearsing the last call's values may set it). False after the last step."""
+def _step(steps, lower):
+    """One step of preparation, at nice 19 when it may ``lower`` its priority (and set it back): it only
+    takes CPU time no call wants (a call's child and its launcher run at their caller's priority). The
+    spare waits for calls at its own priority again (or at the one the step adopted: rehearsing the last
+    call's values may set it). False after the last step."""
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    os.setpriority(os.PRIO_PROCESS, 0, PREPARE_NICE)
+    if lower:
+        os.setpriority(os.PRIO_PROCESS, 0, PREPARE_NICE)
     try:
         next(steps)
         return True
     except StopIteration:
         return False
     finally:
-        if os.getpriority(os.PRIO_PROCESS, 0) == PREPARE_NICE:
+        if lower and os.getpriority(os.PRIO_PROCESS, 0) == PREPARE_NICE:
             try:
                 os.setpriority(os.PRIO_PROCESS, 0, own)
             except OSError:
