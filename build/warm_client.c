@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -176,14 +177,26 @@ struct call {
     char key[17];
 };
 
+/* SKB_WARM unset, empty or a spelling of "on". Any other value turns warm start off: an operator writes
+ * false, off or no as often as 0, and a value not understood is never read as "on" (exec is always right). */
+static int warm_wanted(const char *v)
+{
+    static const char *const on[] = {"", "1", "true", "yes", "on"};
+    if (!v)
+        return 1;
+    for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++)
+        if (strcasecmp(v, on[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* Warm start applies: a plugin applet, not turned off, root, stdio open and not terminals (a closed fd 0-2
  * or a terminal are not something the child's Python stdio could be set up like an exec'd one's), and a
  * process group the child can join: one whose leader is outside this pid namespace reads 0 here. */
 static int eligible(const char *bindir, const char *applet)
 {
-    const char *off = getenv("SKB_WARM");
     char path[PATH_MAX] = "";
-    if (strcmp(applet, "skb") == 0 || (off && strcmp(off, "0") == 0) || getuid() != 0 || geteuid() != 0 ||
+    if (strcmp(applet, "skb") == 0 || !warm_wanted(getenv("SKB_WARM")) || getuid() != 0 || geteuid() != 0 ||
         getpgrp() == 0)
         return 0;
     if (!cat(path, sizeof(path), bindir, "/" WARM_OFF, NULL) || access(path, F_OK) == 0)

@@ -161,6 +161,20 @@ def test_opt_out_env_and_file(wbin):
     assert (c.rc, c.stdout) == (f.rc, f.stdout) == (w.rc, w.stdout)
 
 
+@pytest.mark.parametrize("value, warm", [("", True), ("1", True), ("true", True), ("YES", True), ("On", True),
+                                         ("false", False), ("OFF", False), ("no", False), ("0 ", False),
+                                         (" 0", False), ("00", False), ("disabled", False), ("1\n", False)])
+def test_opt_out_spellings(wbin, value, warm):
+    """An operator writes SKB_WARM=false, off or no as often as 0: each turns warm start off. A value the
+    launcher does not know is never read as "on": the call goes by exec, which is always right."""
+    exe = os.path.join(wbin, "loopback")
+    env = cni_env("VERSION")
+    before = served(wbin)
+    got = run_plugin(exe, dict(env, SKB_WARM=value))
+    assert served(wbin) == before + (1 if warm else 0)
+    assert (got.rc, got.stdout) == (0, run_plugin(exe, dict(env, SKB_WARM="0")).stdout)
+
+
 @pytest.mark.parametrize("change", ["mode", "owner", "parent-mode"])
 def test_socket_dir_not_root_only(wbin, change):
     exe = os.path.join(wbin, "loopback")
