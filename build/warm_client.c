@@ -190,6 +190,25 @@ static int warm_wanted(const char *v)
     return 0;
 }
 
+/* A variable that the dynamic loader, the C library or the bundle's bootloader acts on when a process
+ * starts: an exec'd plugin would (LD_DEBUG writes to its stderr, LD_TRACE_LOADED_OBJECTS has it list its
+ * libraries and exit, LD_PRELOAD loads a library, GLIBC_TUNABLES and MALLOC_* set up its allocator), a
+ * forked child cannot. Not LD_LIBRARY_PATH (the loader's --library-path replaces it) nor the three _PYI_
+ * variables the exec path sets itself. */
+static int acted_on_at_start(const char *entry)
+{
+    static const char *const none[] = {"LD_LIBRARY_PATH=", "_PYI_ARCHIVE_FILE=", "_PYI_PARENT_PROCESS_LEVEL=",
+                                       "_PYI_LINUX_PROCESS_NAME="};
+    static const char *const start[] = {"LD_", "GLIBC_TUNABLES=", "MALLOC_", "_PYI_", "_MEIPASS", "PYINSTALLER_"};
+    for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
+        if (strncmp(entry, none[i], strlen(none[i])) == 0)
+            return 0;
+    for (size_t i = 0; i < sizeof(start) / sizeof(start[0]); i++)
+        if (strncmp(entry, start[i], strlen(start[i])) == 0)
+            return 1;
+    return 0;
+}
+
 /* Warm start applies: a plugin applet, not turned off, root, stdio open and not terminals (a closed fd 0-2
  * or a terminal are not something the child's Python stdio could be set up like an exec'd one's), and a
  * process group the child can join: one whose leader is outside this pid namespace reads 0 here. */
@@ -203,6 +222,9 @@ static int eligible(const char *bindir, const char *applet)
         return 0;
     for (int i = 0; i < 3; i++)
         if (fcntl(i, F_GETFD) < 0 || isatty(i))
+            return 0;
+    for (char **e = environ; *e; e++)
+        if (acted_on_at_start(*e))
             return 0;
     return 1;
 }

@@ -175,6 +175,31 @@ def test_opt_out_spellings(wbin, value, warm):
     assert (got.rc, got.stdout) == (0, run_plugin(exe, dict(env, SKB_WARM="0")).stdout)
 
 
+def _shape(run):
+    return run.rc, "cniVersion" in run.stdout, len(run.stdout.splitlines()), len(run.stderr.splitlines())
+
+
+@pytest.mark.parametrize("entry, warm", [
+    ("LD_TRACE_LOADED_OBJECTS=1", False), ("LD_DEBUG=statistics", False), ("LD_SHOW_AUXV=1", False),
+    ("LD_PRELOAD=/nonexistent/skb-none.so", False), ("LD_BIND_NOW=1", False),
+    ("GLIBC_TUNABLES=glibc.malloc.check=3", False), ("MALLOC_ARENA_MAX=1", False),
+    ("_PYI_APPLICATION_HOME_DIR=/nonexistent", False), ("PYINSTALLER_RESET_ENVIRONMENT=1", False),
+    ("LD_LIBRARY_PATH=/nonexistent", True), ("MY_LD_PRELOAD=1", True), ("PYTHONVERBOSE=1", True)])
+def test_variables_acted_on_at_start_go_by_exec(wbin, entry, warm):
+    """What the dynamic loader, the C library or the bundle's bootloader act on when a process starts, an
+    exec'd plugin does (with LD_TRACE_LOADED_OBJECTS it lists its libraries and exits; LD_DEBUG, LD_SHOW_AUXV
+    or a missing LD_PRELOAD write to its stdio), and a forked child cannot: such a call goes by exec (row
+    149). LD_LIBRARY_PATH is replaced by the loader's --library-path, and the bundle's interpreter ignores
+    PYTHON* variables: those calls stay warm. Each outcome is compared with the same call made by exec."""
+    name, _, value = entry.partition("=")
+    exe = os.path.join(wbin, "loopback")
+    env = dict(cni_env("VERSION"), **{name: value})
+    before = served(wbin)
+    got = run_plugin(exe, env)
+    assert served(wbin) == before + (1 if warm else 0)
+    assert _shape(got) == _shape(run_plugin(exe, dict(env, SKB_WARM="0")))
+
+
 @pytest.mark.parametrize("change", ["mode", "owner", "parent-mode"])
 def test_socket_dir_not_root_only(wbin, change):
     exe = os.path.join(wbin, "loopback")
