@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.helpers import cni_env, run_plugin
-from tests.warm.support import (COLD, WARM_DIR, Caller, ensure_server, pid_gone, refused, served, servers,
+from tests.warm.support import (COLD, WARM_DIR, Caller, ask, ensure_server, pid_gone, refused, served, servers,
                                 slow_debug_call, stop_servers, the_server, wait_for)
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
@@ -136,22 +136,35 @@ def _cap_eff(pid):
 CAP_SYS_NICE = 23
 
 
+NO_SYS_NICE = ["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"]
+
+
+def _new_servers(wbin, known):
+    return [s for s in servers(wbin) if s["pid"] not in known]
+
+
+def _stop(wbin, srvs):
+    for s in srvs:
+        ask(os.path.join(WARM_DIR, s["key"] + ".sock"), b"Q")
+        wait_for(lambda: pid_gone(s["pid"]), "that server to end")
+
+
 def test_spares_of_callers_that_may_not_raise_their_priority_never_lower_it(wbin):
     """Without CAP_SYS_NICE (a rootless runtime's user namespace, a bounding set without it), a process
     may lower its priority but never raise it again. A server started there has spares that keep the
     server's priority while they prepare, and that do not rehearse a lower one a call had: at nice 19, or
     at the last call's 5, every later call at 0 would be refused as `nice` and go by exec."""
-    call = Caller(wbin, prefix=["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"])
+    call = Caller(wbin, prefix=NO_SYS_NICE)
+    known = {s["pid"] for s in servers(wbin)}
     try:
-        known = {s["pid"] for s in servers(wbin)}
         assert call()[0] == 0  # (the runner has answered: setpriv has exec'd it)
         assert not _cap_eff(call.runner.pid) >> CAP_SYS_NICE & 1  # (the premise, read from the kernel)
 
         def theirs():
-            return next((s for s in servers(wbin) if s["pid"] not in known), None)
+            return (_new_servers(wbin, known) or [None])[0]
         srv = wait_for(lambda: (call(), theirs())[1], "a server for callers without CAP_SYS_NICE", 60)
         mine = os.getpriority(os.PRIO_PROCESS, srv["pid"])
-        assert mine == 0
+        assert mine == 0 and srv["sparesLowerPriority"] is False
 
         def prepared(old):  # the server once three spares made after ``old`` ones have prepared
             s = theirs()
@@ -170,6 +183,32 @@ def test_spares_of_callers_that_may_not_raise_their_priority_never_lower_it(wbin
         assert (after["served"] - srv["served"], after["refused"].get("nice", 0)) == (3, 0)
     finally:
         call.close()
+        _stop(wbin, _new_servers(wbin, known))
+
+
+def test_a_caller_above_a_servers_priority_it_cannot_give_gets_a_server_of_its_own(wbin):
+    """Without CAP_SYS_NICE, a server started by a caller at nice 5 can never serve a caller at 0 (its
+    children cannot raise their priority). The first such call goes by exec, with the exec'd outcome, and
+    the server ends: the next calls start a server at 0, which serves them (and would serve calls at 5)."""
+    call = Caller(wbin, prefix=NO_SYS_NICE)
+    known = {s["pid"] for s in servers(wbin)}
+    at5 = ["nice", "-n", "5"]
+    try:
+        first = wait_for(lambda: (call(before=at5), _new_servers(wbin, known))[1], "a server started at 5", 60)[0]
+        assert os.getpriority(os.PRIO_PROCESS, first["pid"]) == 5
+        got = call()
+        assert got == call({"SKB_WARM": "0"}) and got[0] == 0
+        wait_for(lambda: pid_gone(first["pid"]), "the server started at nice 5 to end")
+        known.add(first["pid"])
+        second = wait_for(lambda: (call(), _new_servers(wbin, known))[1], "a server started at nice 0", 60)[0]
+        assert os.getpriority(os.PRIO_PROCESS, second["pid"]) == 0
+        before = _new_servers(wbin, known)[0]
+        assert call()[0] == 0 and call(before=at5)[0] == 0
+        after = _new_servers(wbin, known)[0]
+        assert (after["served"] - before["served"], after["refused"].get("nice", 0)) == (2, 0)
+    finally:
+        call.close()
+        _stop(wbin, _new_servers(wbin, known))
 
 
 def test_hostile_requests_are_refused_and_the_server_stays(wbin):

@@ -281,8 +281,9 @@ class Child:
                 have = snapshot.fields(snapshot.adopted_part())
                 names = {k for k in REHEARSED if want.get(k) != have.get(k)}
                 if b"rlimits" in want and b"rlimits" in have:  # not the fd limit: the spare's own fds must
-                    pairs, own = want[b"rlimits"].split(), have[b"rlimits"].split()  # sit above the call's
-                    pairs[resource.RLIMIT_NOFILE] = own[resource.RLIMIT_NOFILE]
+                    pairs, own = want[b"rlimits"].split(), have[b"rlimits"].split()  # sit above the call's;
+                    pairs[resource.RLIMIT_NOFILE] = own[resource.RLIMIT_NOFILE]  # nor the nice limit: it may
+                    pairs[resource.RLIMIT_NICE] = own[resource.RLIMIT_NICE]  # be what lets it raise its nice
                     want[b"rlimits"] = b" ".join(pairs)
                 if not _no_lower_hard(want.get(b"rlimits", b""), have.get(b"rlimits", b"")):
                     names.discard(b"rlimits")

@@ -194,7 +194,7 @@ class Children:
             finally:
                 os._exit(adopt.CHILD_REFUSED)
         try:
-            holder = os.fork()
+            holder, mask = syscalls.fork_blocked()
         except OSError as e:
             s.log(f"no spare: fork failed: {e}")
             for x in (ours, theirs):
@@ -213,6 +213,7 @@ class Children:
                 _signal.signal(signal.SIGINT, _signal.default_int_handler)
                 _signal.signal(signal.SIGHUP, _signal.SIG_DFL)
                 signal.set_wakeup_fd(-1)
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
                 if syscalls.prctl(syscalls.PR_SET_PDEATHSIG, signal.SIGKILL) == 0 and os.getppid() == server_pid:
                     listen = s.forget_in_child()
                     ours.detach()

@@ -20,7 +20,7 @@ import socket
 import struct
 import time
 
-from skb.plugin.warm import adopt, admission, pages, wire
+from skb.plugin.warm import adopt, admission, pages, syscalls, wire
 
 # Where a spare receives a request: anonymous memory, made by the server, untouched (not resident) until a
 # spare writes a request into it, and then only the pages the request covers. Private: each spare writes
@@ -39,7 +39,7 @@ def priority_comes_back():
     refuse every call (`nice`). The kernel's own answer, asked once of a child the server forks."""
     own = os.getpriority(os.PRIO_PROCESS, 0)
     try:
-        pid = os.fork()
+        pid, _ = syscalls.fork_blocked()  # (the child only ends: it never takes a signal on)
     except OSError:
         return False
     if pid == 0:

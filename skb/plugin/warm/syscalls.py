@@ -2,6 +2,9 @@
 priority, memory policy), through the suite's one libc loader
 (skb.linux.netns.libc_function). What the child reads of itself, it reads in C (build/warm_snapshot.c).
 x86_64 numbers: the bundle is built for that architecture only."""
+import _signal
+import os
+
 from skb.linux.netns import libc_function
 
 SYS_IOPRIO_SET, SYS_SET_MEMPOLICY = 251, 238
@@ -46,3 +49,19 @@ def set_ioprio(value):
 def set_mempolicy(mode, words):
     mask = b"".join(w.to_bytes(8, "little") for w in (list(words) + [0] * NODEMASK_LONGS)[:NODEMASK_LONGS])
     return _ok(_syscall_mask, SYS_SET_MEMPOLICY, mode, mask, NODEMASK_LONGS * 64)
+
+
+def fork_blocked():
+    """os.fork() with every signal blocked across it: the server's handlers (SIGTERM, SIGINT: they stop the
+    server, and SIGINT's raises into whatever Python runs) must never run in the new process before it has
+    dropped them. Returns (pid, the signal mask to restore): restored here in the parent; the child
+    restores it itself once its handlers are its own (or never, if it only ends)."""
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+    try:
+        pid = os.fork()
+    except OSError:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+        raise
+    if pid:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    return pid, old
