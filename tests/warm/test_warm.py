@@ -184,6 +184,7 @@ def _shape(run):
     ("LD_PRELOAD=/nonexistent/skb-none.so", False), ("LD_BIND_NOW=1", False),
     ("GLIBC_TUNABLES=glibc.malloc.check=3", False), ("MALLOC_ARENA_MAX=1", False),
     ("_PYI_APPLICATION_HOME_DIR=/nonexistent", False), ("PYINSTALLER_RESET_ENVIRONMENT=1", False),
+    ("LOCPATH=/nonexistent", False), ("GCONV_PATH=/nonexistent", False),
     ("LD_LIBRARY_PATH=/nonexistent", True), ("MY_LD_PRELOAD=1", True), ("PYTHONVERBOSE=1", True)])
 def test_variables_acted_on_at_start_go_by_exec(wbin, entry, warm):
     """What the dynamic loader, the C library or the bundle's bootloader act on when a process starts, an
@@ -198,6 +199,29 @@ def test_variables_acted_on_at_start_go_by_exec(wbin, entry, warm):
     got = run_plugin(exe, env)
     assert served(wbin) == before + (1 if warm else 0)
     assert _shape(got) == _shape(run_plugin(exe, dict(env, SKB_WARM="0")))
+
+
+def test_the_time_zone_is_read_again_as_by_an_exec(wbin, tmp_path):
+    """glibc's tzset() keeps the zone it read last while TZ is unchanged; an exec'd plugin reads its zone
+    afresh. The same TZ under two TZDIRs (two zones made with zic), call after call, each warm call with
+    a spare that rehearsed the previous one: the debug log's local time has the exec'd call's offset."""
+    for name, offset in (("east", "9:00"), ("west", "-5:00")):
+        (tmp_path / f"{name}.zone").write_text(f"Zone Zone {offset} - Z{name}\n")
+        subprocess.run(["zic", "-d", str(tmp_path / name), str(tmp_path / f"{name}.zone")], check=True)
+    exe, log = os.path.join(wbin, "loopback"), tmp_path / "debug.jsonl"
+
+    def offset_of(zdir, **extra):
+        if log.exists():
+            log.unlink()
+        env = dict(cni_env("VERSION"), TZ="Zone", TZDIR=str(tmp_path / zdir), SKB_DEBUG_LOG=str(log), **extra)
+        assert run_plugin(exe, env).rc == 0
+        return json.loads(log.read_text().splitlines()[-1])["time"][-5:]
+    for zdir in ("east", "east", "west", "west", "east"):
+        wait_for(lambda: all(s["prepared"] for s in the_server(wbin)["spares"]), "prepared spares")
+        before = served(wbin)
+        warm = offset_of(zdir)
+        assert served(wbin) == before + 1
+        assert warm == offset_of(zdir, SKB_WARM="0") == {"east": "+0900", "west": "-0500"}[zdir]
 
 
 @pytest.mark.parametrize("change", ["mode", "owner", "parent-mode"])

@@ -101,6 +101,13 @@ def environment(entries):
         if k not in BOOTLOADER_VARS:
             os.putenv(k, v)
             data[k] = v
+    if b"TZ" in data:
+        # glibc's tzset() does nothing when TZ is what it read last (this process's, or the rehearsed last
+        # call's): the zone is read again, as an exec'd plugin's first tzset() does (another TZDIR, a zone
+        # file updated since). Without TZ, tzset() always looks at /etc/localtime again.
+        os.putenv(b"TZ", b"UTC0")
+        time.tzset()
+        os.putenv(b"TZ", data[b"TZ"])
     time.tzset()
 
 
