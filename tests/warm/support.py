@@ -52,12 +52,19 @@ def ensure_server(bindir):
     return the_server(bindir)
 
 
+def settled(bindir):
+    """The servers of bindir once none has a call in flight: a launcher returns as soon as its child has sent
+    the exit status, and the server counts the call (served or refused) when it reaps the child, after."""
+    return wait_for(lambda: (lambda found: [found] if all(s["children"] == 0 for s in found) else None)(
+        servers(bindir)), "no call in flight")[0]
+
+
 def served(bindir):
-    return sum(s["served"] for s in servers(bindir))
+    return sum(s["served"] for s in settled(bindir))
 
 
 def refused(bindir, reason):
-    return sum(s["refused"].get(reason, 0) for s in servers(bindir))
+    return sum(s["refused"].get(reason, 0) for s in settled(bindir))
 
 
 def pid_gone(pid):

@@ -201,23 +201,25 @@ def test_variables_acted_on_at_start_go_by_exec(wbin, entry, warm):
     assert _shape(got) == _shape(run_plugin(exe, dict(env, SKB_WARM="0")))
 
 
-def test_the_time_zone_is_read_again_as_by_an_exec(wbin, tmp_path):
-    """glibc's tzset() keeps the zone it read last while TZ is unchanged; an exec'd plugin reads its zone
-    afresh. The same TZ under two TZDIRs (two zones made with zic), call after call, each warm call with
-    a spare that rehearsed the previous one: the debug log's local time has the exec'd call's offset."""
+@pytest.mark.parametrize("tz", ["Zone", ":Zone", "UTC0", ":UTC0"])
+def test_the_time_zone_is_read_again_as_by_an_exec(wbin, tmp_path, tz):
+    """glibc's tzset() keeps the zone it read last while TZ (less a leading ':') is unchanged; an exec'd
+    plugin reads its zone afresh. The same TZ under two TZDIRs (two zones made with zic), call after call,
+    each warm call with a spare that rehearsed the previous one: the debug log's local time has the exec'd
+    call's offset. (UTC0: the name the child itself sets on the way, here a zone file of the caller's.)"""
     for name, offset in (("east", "9:00"), ("west", "-5:00")):
-        (tmp_path / f"{name}.zone").write_text(f"Zone Zone {offset} - Z{name}\n")
+        (tmp_path / f"{name}.zone").write_text(f"Zone {tz.lstrip(':')} {offset} - Z{name}\n")
         subprocess.run(["zic", "-d", str(tmp_path / name), str(tmp_path / f"{name}.zone")], check=True)
     exe, log = os.path.join(wbin, "loopback"), tmp_path / "debug.jsonl"
 
     def offset_of(zdir, **extra):
         if log.exists():
             log.unlink()
-        env = dict(cni_env("VERSION"), TZ="Zone", TZDIR=str(tmp_path / zdir), SKB_DEBUG_LOG=str(log), **extra)
+        env = dict(cni_env("VERSION"), TZ=tz, TZDIR=str(tmp_path / zdir), SKB_DEBUG_LOG=str(log), **extra)
         assert run_plugin(exe, env).rc == 0
         return json.loads(log.read_text().splitlines()[-1])["time"][-5:]
     for zdir in ("east", "east", "west", "west", "east"):
-        wait_for(lambda: all(s["prepared"] for s in the_server(wbin)["spares"]), "prepared spares")
+        wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
         before = served(wbin)
         warm = offset_of(zdir)
         assert served(wbin) == before + 1

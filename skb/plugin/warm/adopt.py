@@ -102,10 +102,11 @@ def environment(entries):
             os.putenv(k, v)
             data[k] = v
     if b"TZ" in data:
-        # glibc's tzset() does nothing when TZ is what it read last (this process's, or the rehearsed last
-        # call's): the zone is read again, as an exec'd plugin's first tzset() does (another TZDIR, a zone
-        # file updated since). Without TZ, tzset() always looks at /etc/localtime again.
-        os.putenv(b"TZ", b"UTC0")
+        # glibc's tzset() does nothing when TZ (less one leading ':') is what it read last (this process's,
+        # or the rehearsed last call's): the zone is read again, as an exec'd plugin's first tzset() does
+        # (another TZDIR, a zone file updated since). Without TZ, tzset() looks at /etc/localtime anyway.
+        other = b"UTC1" if data[b"TZ"].removeprefix(b":") == b"UTC0" else b"UTC0"
+        os.putenv(b"TZ", other)
         time.tzset()
         os.putenv(b"TZ", data[b"TZ"])
     time.tzset()
@@ -131,11 +132,13 @@ class Adopter:
 
     def __init__(self, want, have):
         self.want, self.have = want, have
+        self.nice_later = None  # a priority refused before the limits were set: tried once more after them
 
     def run(self, names):
         for name, setter in _SETTERS:
             if name in names and name in self.want:
                 setter(self, self.want[name])
+        self._nice_again()
 
     def umask(self, v):
         os.umask(int(v, 8))
@@ -146,9 +149,21 @@ class Adopter:
             if r >= len(old) or old[r] != pair:
                 soft, hard = (_rlim(int(x)) for x in pair.split(b":"))
                 _set(lambda: resource.setrlimit(r, (soft, hard)), "rlimits")
+        self._nice_again()
 
     def nice(self, v):
-        _set(lambda: os.setpriority(os.PRIO_PROCESS, 0, int(v)), "nice")
+        """Before the limits: without CAP_SYS_NICE, this process's own RLIMIT_NICE may be what lets it raise
+        its priority, and the caller's may allow less. If refused, once more after them (``rlimits``): the
+        caller's may allow more. Either way the result is the caller's priority and the caller's limits."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, int(v))
+        except (OSError, ValueError):
+            self.nice_later = v
+
+    def _nice_again(self):
+        if self.nice_later is not None:
+            v, self.nice_later = self.nice_later, None
+            _set(lambda: os.setpriority(os.PRIO_PROCESS, 0, int(v)), "nice")
 
     def sched(self, v):
         if v != b"none":
@@ -206,7 +221,7 @@ class Adopter:
                                                     and s not in (signal.SIGKILL, signal.SIGSTOP)])
 
 
-_SETTERS = ((b"Umask:", Adopter.umask), (b"rlimits", Adopter.rlimits), (b"nice", Adopter.nice),
+_SETTERS = ((b"Umask:", Adopter.umask), (b"nice", Adopter.nice), (b"rlimits", Adopter.rlimits),
             (b"sched", Adopter.sched), (b"ioprio", Adopter.ioprio), (b"timerslack", Adopter.timerslack),
             (b"oom_score_adj", Adopter.oom_score_adj), (b"thp_disable", Adopter.thp_disable),
             (b"spec", Adopter.spec), (b"tsc", Adopter.tsc), (b"mce_kill", Adopter.mce_kill),

@@ -405,9 +405,9 @@ class Server:
             # name), or this server's own context has moved (another cgroup, say). Only the latter ends it.
             if key and self.own_key() != self.key:
                 self.stop(f"its context has drifted ({reason}): a new server will start")
-            elif reason == "nice" and not self.children.lowers:
-                # Its children cannot raise their priority (no CAP_SYS_NICE): this caller's is higher than
-                # the server's (its first caller's), and no call of it would ever be served here.
+            elif reason == "nice":
+                # Its children cannot raise their priority to this caller's (no CAP_SYS_NICE, and no
+                # RLIMIT_NICE that allows it): no call of this caller would ever be served here.
                 self.stop("a caller at a higher priority than its children can take: a new server will start")
         self.send(call.conn, wire.exited(status))
         call.conn.close()
