@@ -193,8 +193,9 @@ static int warm_wanted(const char *v)
 /* A variable that the dynamic loader, the C library or the bundle's bootloader acts on when a process
  * starts: an exec'd plugin would (LD_DEBUG writes to its stderr, LD_TRACE_LOADED_OBJECTS has it list its
  * libraries and exit, LD_PRELOAD loads a library, GLIBC_TUNABLES and MALLOC_* set up its allocator,
- * LOCPATH and GCONV_PATH say where its locale and character set data come from), a forked child cannot. Not LD_LIBRARY_PATH (the loader's --library-path replaces it) nor the three _PYI_
- * variables the exec path sets itself. */
+ * LOCPATH and GCONV_PATH say where its locale and character set data come from), a forked child cannot.
+ * Not LD_LIBRARY_PATH (the loader's --library-path replaces it) nor the three _PYI_ variables the exec
+ * path sets itself. */
 static int acted_on_at_start(const char *entry)
 {
     static const char *const none[] = {"LD_LIBRARY_PATH=", "_PYI_ARCHIVE_FILE=", "_PYI_PARENT_PROCESS_LEVEL=",

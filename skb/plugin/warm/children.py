@@ -93,7 +93,7 @@ class Children:
         self.learnt = pages.Learnt()
         self.rehearsal = None   # the last admitted request: what the next spares rehearse with
         self.quiet_until = 0.0  # no spare is forked before this (monotonic): one was just lost
-        self.lowers = False     # pool spares are made at PREPARE_NICE (and prepare at it): the server's setup
+        self.lowers = False     # pool spares may go to PREPARE_NICE and back (the server's setup asks the kernel)
 
     def owns(self, fd):
         return fd in self.calls or any(s.pidfd == fd for s in self.spares)
