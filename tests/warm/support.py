@@ -55,8 +55,10 @@ def ensure_server(bindir):
 def settled(bindir):
     """The servers of bindir once none has a call in flight: a launcher returns as soon as its child has sent
     the exit status, and the server counts the call (served or refused) when it reaps the child, after."""
-    return wait_for(lambda: (lambda found: [found] if all(s["children"] == 0 for s in found) else None)(
-        servers(bindir)), "no call in flight")[0]
+    def found():
+        now = servers(bindir)
+        return [now] if all(s["children"] == 0 for s in now) else None  # (a list: true with no server too)
+    return wait_for(found, "no call in flight")[0]
 
 
 def served(bindir):
