@@ -42,6 +42,14 @@
 #ifndef SYS_pidfd_send_signal
 #define SYS_pidfd_send_signal 424
 #endif
+#ifndef SYS_kcmp
+#define SYS_kcmp 312
+#endif
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#endif
+#define KCMP_VM 1
+#define LANDLOCK_CREATE_RULESET_VERSION 1
 
 /* request records (wire.py) */
 #define REC_SNAPSHOT 'C'
@@ -276,8 +284,20 @@ static int request(struct msg *m, const struct msg *snap, const char *applet, in
     return !m->oom;
 }
 
+/* Whether we may read the server's process (kcmp(2) asks for PTRACE_MODE_READ on it). Landlock lets a
+ * process in a domain read only processes in that domain or one nested in it: the server checks the same
+ * of us, and the two answers together say that the server's children are in our Landlock domain, the one
+ * an exec'd plugin keeps (row 31). A kernel without kcmp: fine only while it has no Landlock either. */
+static int may_read(pid_t pid)
+{
+    if (syscall(SYS_kcmp, getpid(), pid, KCMP_VM, 0, 0) >= 0)
+        return 1;
+    return errno == ENOSYS && syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) < 0;
+}
+
 /* Connect to the context's server through the checked socket dir (a rename of the dir cannot redirect
- * us), check it is root, and send the request with its fds. No server: maybe start one, and exec. */
+ * us), check it is root and that we may read it (may_read), and send the request with its fds. No
+ * server: maybe start one, and exec. */
 static int connect_server(struct call *c, const struct msg *req, const char *bindir, const char *loader,
                           const char *libpath, const char *program)
 {
@@ -303,7 +323,7 @@ static int connect_server(struct call *c, const struct msg *req, const char *bin
     }
     struct ucred cred;
     socklen_t cl = sizeof(cred);
-    if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0)
+    if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || !may_read(cred.pid))
         return 0;
     int fds[MAX_FDS];
     memcpy(fds, c->fixed, sizeof(c->fixed));

@@ -437,3 +437,71 @@ def test_an_inherited_fd_past_the_servers_limit_goes_by_exec(wbin):
     c = subprocess.run(call, env=cni_env("VERSION", **COLD), capture_output=True)
     assert (p.returncode, p.stdout) == (c.returncode, c.stdout) and p.returncode == 0
     assert refused(wbin, "fds") == before + 1
+
+
+# A caller that enters a Landlock domain of its own in which no regular file may be made (the handled
+# access LANDLOCK_ACCESS_FS_MAKE_REG, no rule): a domain is kept across execve, so an exec'd plugin is in
+# it, and a process can never leave one. (The debug log the calls ask for is a file the domain forbids.)
+LANDLOCK = r"""
+import ctypes, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+fd = libc.syscall(444, ctypes.create_string_buffer(struct.pack("Q", 1 << 8)), 8, 0)
+assert fd >= 0 and libc.syscall(446, fd, 0) == 0, ctypes.get_errno()
+"""
+
+
+def _landlock_or_skip():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(444, None, 0, 1) < 1:  # LANDLOCK_CREATE_RULESET_VERSION: its ABI version
+        pytest.skip(f"this kernel has no Landlock to confine a caller with ({os.strerror(ctypes.get_errno())})")
+
+
+def test_a_caller_in_a_landlock_domain_is_not_served_by_a_server_outside_it(wbin, tmp_path):
+    """A caller confined by Landlock, and a server that is not (row 31): a warm child would have run the
+    plugin unconfined (a sandbox escape: it made the file the caller's domain forbids). The launcher sees
+    it may not read the server's process, and goes by exec; the outcome is the exec'd one."""
+    _landlock_or_skip()
+    srv = the_server(wbin)
+    log = tmp_path / "debug.jsonl"
+    call = Caller(wbin, LANDLOCK)
+    try:
+        before = served(wbin)
+        got = call({"SKB_DEBUG_LOG": str(log)})
+        assert (got[0], log.exists(), served(wbin)) == (0, False, before)
+        assert got == call({"SKB_DEBUG_LOG": str(log), **COLD})
+    finally:
+        call.close()
+    # (the same call from outside the domain is served, and makes the file: the difference is real)
+    assert _version(wbin, SKB_DEBUG_LOG=str(log)).rc == 0
+    assert (log.exists(), served(wbin), the_server(wbin)["pid"]) == (True, before + 1, srv["pid"])
+
+
+def test_a_server_started_in_a_landlock_domain_serves_only_that_domain(wbin, tmp_path):
+    """A server started by a confined caller is confined itself, and so is every child it forks: it serves
+    that caller's calls (the same domain, and the file stays unmade as exec'd), but a caller outside the
+    domain would be confined by it. Its call goes by exec (the file is made, as exec'd) and the server ends:
+    the next calls start a server outside the domain, which serves them."""
+    _landlock_or_skip()
+    stop_servers(wbin)
+    log = tmp_path / "debug.jsonl"
+    call = Caller(wbin, LANDLOCK)
+    known = set()
+    try:
+        confined = wait_for(lambda: (call(), _new_servers(wbin, known))[1], "a server started in the domain", 60)[0]
+        known.add(confined["pid"])
+        got = call({"SKB_DEBUG_LOG": str(log)})
+        assert (got[0], log.exists(), settled(wbin)[0]["served"]) == (0, False, confined["served"] + 1)
+        assert got == call({"SKB_DEBUG_LOG": str(log), **COLD})
+        r = _version(wbin, SKB_DEBUG_LOG=str(log))
+        assert (r.rc, log.exists()) == (0, True)
+        wait_for(lambda: pid_gone(confined["pid"]), "the server started in the domain to end")
+        log.unlink()
+        outside = wait_for(lambda: (_version(wbin), _new_servers(wbin, known))[1], "a server outside the domain", 60)[0]
+        assert _version(wbin, SKB_DEBUG_LOG=str(log)).rc == 0 and log.exists()
+        assert settled(wbin)[0]["served"] == outside["served"] + 1
+    finally:
+        call.close()
+    ensure_server(wbin)

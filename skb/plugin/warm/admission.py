@@ -6,7 +6,7 @@ import os
 import socket
 import struct
 
-from skb.plugin.warm import wire
+from skb.plugin.warm import syscalls, wire
 
 
 class Peer:
@@ -41,6 +41,8 @@ def admit(server, sock, peer, data, fds, truncated, in_spare=False):
     load and stopping state are the server's: a spare exists only while the server has room for it)."""
     if peer.uid != 0:
         return "uid", None
+    if not syscalls.may_read(peer.pid):  # (and the launcher may read us: one Landlock domain)
+        return "landlock", None
     if truncated:
         return "message", None
     try:

@@ -405,10 +405,6 @@ class Server:
             # name), or this server's own context has moved (another cgroup, say). Only the latter ends it.
             if key and self.own_key() != self.key:
                 self.stop(f"its context has drifted ({reason}): a new server will start")
-            elif reason == "nice":
-                # Its children cannot raise their priority to this caller's (no CAP_SYS_NICE, and no
-                # RLIMIT_NICE that allows it): no call of this caller would ever be served here.
-                self.stop("a caller at a higher priority than its children can take: a new server will start")
         self.send(call.conn, wire.exited(status))
         call.conn.close()
 
@@ -422,11 +418,22 @@ class Server:
         self.send(conn, msg)
         conn.close()
 
+    # Refusals that say no call of that caller will ever be served here: the server ends, and the caller's
+    # next call starts one of its own (the launcher starts at most one per 10 s per context).
+    ENDS_IT = {
+        # its children cannot raise their priority to the caller's (no CAP_SYS_NICE, no RLIMIT_NICE for it)
+        "nice": "a caller at a higher priority than its children can take",
+        # it is in a Landlock domain the caller is not in (it was started by a restricted caller)
+        "landlock": "a caller outside its Landlock domain",
+    }
+
     def count(self, reason):
         """Count a refusal by its kind ("kind: details" is logged whole)."""
         kind = reason.split(":")[0]
         self.refused[kind] = self.refused.get(kind, 0) + 1
         self.log(f"refused: {reason}")
+        if kind in self.ENDS_IT:
+            self.stop(f"{self.ENDS_IT[kind]}: a new server will start")
 
     def refuse(self, conn, reason):
         self.count(reason)

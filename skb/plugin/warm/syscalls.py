@@ -3,11 +3,13 @@ priority, memory policy), through the suite's one libc loader
 (skb.linux.netns.libc_function). What the child reads of itself, it reads in C (build/warm_snapshot.c).
 x86_64 numbers: the bundle is built for that architecture only."""
 import _signal
+import errno
 import os
 
 from skb.linux.netns import libc_function
 
-SYS_IOPRIO_SET, SYS_SET_MEMPOLICY = 251, 238
+SYS_IOPRIO_SET, SYS_SET_MEMPOLICY, SYS_KCMP, SYS_LANDLOCK_CREATE_RULESET = 251, 238, 312, 444
+KCMP_VM, LANDLOCK_CREATE_RULESET_VERSION = 1, 1
 PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_TIMERSLACK, PR_SET_TSC, PR_MCE_KILL = 1, 15, 29, 26, 33
 PR_SET_THP_DISABLE, PR_SET_SPECULATION_CTRL = 41, 53
 SPEC_MISFEATURES = (0, 1, 2)  # store bypass, indirect branch, L1D flush
@@ -18,6 +20,7 @@ _prctl = libc_function("prctl", "int", "int", "ulong", "ulong", "ulong", "ulong"
 _prctl_name = libc_function("prctl", "int", "int", "char_p", "ulong", "ulong", "ulong")
 _syscall3 = libc_function("syscall", "int", "ulong", "ulong", "ulong", "ulong")
 _syscall_mask = libc_function("syscall", "int", "ulong", "ulong", "char_p", "ulong")
+_syscall5 = libc_function("syscall", "int", "ulong", "ulong", "ulong", "ulong", "ulong", "ulong")
 
 
 def _ok(call, *args):
@@ -49,6 +52,20 @@ def set_ioprio(value):
 def set_mempolicy(mode, words):
     mask = b"".join(w.to_bytes(8, "little") for w in (list(words) + [0] * NODEMASK_LONGS)[:NODEMASK_LONGS])
     return _ok(_syscall_mask, SYS_SET_MEMPOLICY, mode, mask, NODEMASK_LONGS * 64)
+
+
+def may_read(pid):
+    """Whether this process may read process ``pid`` (kcmp(2) asks for PTRACE_MODE_READ on it): under
+    Landlock, only if our domain is the caller's or one it is nested in. The launcher asks the same of us
+    (build/warm_client.c may_read): both true, the domains are the same (row 31). A kernel without kcmp:
+    true only while it has no Landlock either."""
+    try:
+        _syscall5(SYS_KCMP, os.getpid(), pid, KCMP_VM, 0, 0)
+        return True
+    except OSError as e:
+        if e.errno != errno.ENOSYS:
+            return False
+    return not _ok(_syscall3, SYS_LANDLOCK_CREATE_RULESET, 0, 0, LANDLOCK_CREATE_RULESET_VERSION)
 
 
 def fork_blocked():
