@@ -36,6 +36,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,9 +176,10 @@ int main(int argc, char **argv)
     if (!cat(loader, sizeof(loader), bundle, "/" LOADER, NULL) || !cat(program, sizeof(program), bundle, "/" PROGRAM, NULL) ||
         !cat(libpath, sizeof(libpath), bundle, "/lib:", bundle, "/_internal", NULL))
         return fail("skb-cni bundle path too long: ", bundle, "install into a shorter directory");
-    if (access(loader, X_OK) != 0)
+    /* (as the exec below will find them: by the effective ids, which access() does not use) */
+    if (faccessat(AT_FDCWD, loader, X_OK, AT_EACCESS) != 0)
         return fail("skb-cni bundle missing: ", loader, "reinstall with make install");
-    if (access(program, R_OK) != 0)
+    if (faccessat(AT_FDCWD, program, R_OK, AT_EACCESS) != 0)
         return fail("skb-cni bundle missing: ", program, "reinstall with make install");
 
     warm(self, bundle, applet, argc, argv, loader, libpath, program); /* returns when the call goes by exec */
