@@ -10,6 +10,7 @@ from skb.tool.doctor.confdir import check_conf_dir, check_shadowing
 from skb.tool.doctor.plugins import (prefetch, check_plugins, check_declared_versions, check_status,
                                      check_runtime_bins)
 from skb.tool.doctor.node import check_host_lo, check_routing
+from skb.tool.doctor.warmcallers import check_warm_callers
 from skb.tool.doctor.reservations import check_leaks
 from skb.tool.doctor.ipamconf import check_ipam
 from skb.tool.doctor.overlap import check_overlap
@@ -61,6 +62,7 @@ def run(opts, skip=()):
         check_host_lo(findings)
         check_routing(networks_seen, opts.cache_dir, findings)
         check_overlap(networks_seen, findings)
+        check_warm_callers(findings)
     if "leaks" not in skip:
         check_leaks(networks_seen, opts.cache_dir, findings, exhausted)
     _fold_probe(findings)
@@ -142,7 +144,7 @@ no-plugins, invalid-json, load-error, no-cniversion, shadowed, several-networks,
 plugin-elsewhere, plugin-dangling, plugin-not-executable, version-failed, version-unsupported, status-failed,
 config-invalid, range-exhausted, pod-range-overlap, host-lo-down, forwarding-off, rp-filter-strict,
 leaked-reservation, runtime-dirs-disagree, runtime-config-invalid, runtime-config-ignored, probe-failed,
-probe-no-ip, probe-leftover, probe-skipped. A leaked host-local reservation is one whose attachment has no
+probe-no-ip, probe-leftover, probe-skipped, warm-start-off. A leaked host-local reservation is one whose attachment has no
 cached result in <cache-dir>/results, or whose cached netns is gone. One cause gives one finding: a probe
 outcome an error already predicts is a note. docs/DIAGNOSTICS.md has the whole list.
 
