@@ -88,7 +88,8 @@ static void put_json(struct buf *b, const char *s)
 /* Print {"code":999,"msg":"<what><path>","details":"<detail>"} on stdout and return 1. */
 int fail(const char *what, const char *path, const char *detail)
 {
-    struct buf b = {.n = 0};
+    static struct buf b;
+    b.n = 0;
     put(&b, "{\"code\":999,\"msg\":\"");
     put_json(&b, what);
     put_json(&b, path);
@@ -135,8 +136,8 @@ char bundle_slot[sizeof(BUNDLE_MARK) + 96] = BUNDLE_MARK;
 static int find_bundle(const char *dir, char *link, size_t size, char *bundle)
 {
     const char *name = bundle_slot + sizeof(BUNDLE_MARK) - 1;
-    char own[PATH_MAX] = "";
-    link[0] = 0;
+    static char own[PATH_MAX];
+    own[0] = link[0] = 0;
     if (!cat(link, size, dir, "/" BUNDLE_LINK, NULL))
         return 0;
     if (realpath(link, bundle))
@@ -146,8 +147,9 @@ static int find_bundle(const char *dir, char *link, size_t size, char *bundle)
 
 int main(int argc, char **argv)
 {
-    char self[PATH_MAX], link[PATH_MAX] = "", bundle[PATH_MAX];
-    char loader[PATH_MAX] = "", libpath[2 * PATH_MAX + 16] = "", program[PATH_MAX] = "";
+    /* (static: a caller may give us little stack, and an exec'd plugin must still run there) */
+    static char self[PATH_MAX], link[PATH_MAX], bundle[PATH_MAX];
+    static char loader[PATH_MAX], libpath[2 * PATH_MAX + 16], program[PATH_MAX];
     const char *applet;
     char *slash;
     ssize_t n;

@@ -36,11 +36,15 @@
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
 #define MAX_SERVERS 16      /* no new server while this many sockets are in the dir */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
+#define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
 #ifndef SYS_pidfd_send_signal
 #define SYS_pidfd_send_signal 424
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
 #endif
 #ifndef SYS_kcmp
 #define SYS_kcmp 312
@@ -144,13 +148,19 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
             return; /* the server could not match this caller's locale */
     }
     env[e] = NULL;
-    pid_t pid = fork();
+    /* A fork whose end signals nothing (exit signal 0, reaped with __WALL): a SIGCHLD would stay pending
+     * where the caller blocks it, and pending signals survive the exec, so the exec'd plugin would start
+     * with one its caller never had. */
+    pid_t pid = (pid_t)syscall(SYS_clone, 0UL, 0UL, NULL, NULL, 0UL);
     if (pid < 0)
         return;
     if (pid == 0) {
         sigset_t all;
-        if (setpgid(0, 0) < 0 || fork() != 0)
-            _exit(0);
+        /* none of the caller's fds: an exec'd plugin's end closes them, a server would hold them for its
+         * whole life (a lock, a pipe's write end, a namespace) */
+        if (setpgid(0, 0) < 0 || syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) != 0 ||
+            syscall(SYS_close_range, 3, ~0U, 0) != 0)
+            _exit(0); /* (raw clones: the C library's fork is not for a child of a raw clone) */
         int null = open("/dev/null", O_RDWR);
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
             _exit(1);
@@ -168,7 +178,7 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
         execve(loader, args, env);
         _exit(127);
     }
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
         ;
 }
 
@@ -225,10 +235,13 @@ static int acted_on_at_start(const char *entry)
 static int eligible(const char *bindir, const char *applet)
 {
     char path[PATH_MAX] = "";
+    struct rlimit stack;
     if (strcmp(applet, "skb") == 0 || !warm_wanted(getenv("SKB_WARM")) || getuid() != 0 || geteuid() != 0 ||
         getpgrp() == 0)
         return 0;
     if (!cat(path, sizeof(path), bindir, "/" WARM_OFF, NULL) || access(path, F_OK) == 0)
+        return 0;
+    if (getrlimit(RLIMIT_STACK, &stack) != 0 || stack.rlim_cur < MIN_STACK)
         return 0;
     for (int i = 0; i < 3; i++)
         if (fcntl(i, F_GETFD) < 0 || isatty(i))

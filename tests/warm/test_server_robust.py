@@ -16,8 +16,8 @@ import time
 import pytest
 
 from tests.helpers import cni_env, run_plugin
-from tests.warm.support import (COLD, WARM_DIR, Caller, ask, ensure_server, pid_gone, refused, served, servers,
-                                settled, slow_debug_call, stop_servers, the_server, wait_for)
+from tests.warm.support import (COLD, LOOPBACK, WARM_DIR, Caller, ask, ensure_server, pid_gone, refused, served,
+                                servers, settled, slow_debug_call, stop_servers, the_server, wait_for)
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
 
@@ -505,3 +505,88 @@ def test_a_server_started_in_a_landlock_domain_serves_only_that_domain(wbin, tmp
     finally:
         call.close()
     ensure_server(wbin)
+
+
+def test_a_server_keeps_none_of_its_first_callers_fds(wbin):
+    """The call that starts a server goes by exec, and the exec'd plugin's end closes the fds it inherited
+    (a pipe's write end: its reader sees EOF; a lock; a namespace). The server must not keep them open for
+    its whole life: it is started with none of its first caller's fds but stdio."""
+    _next_call_starts_a_server(wbin)
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        p = subprocess.run([os.path.join(wbin, "loopback")], env=cni_env("VERSION"), input=json.dumps(LOOPBACK).encode(),
+                           capture_output=True, pass_fds=(w,))
+        assert p.returncode == 0
+        srv = ensure_server(wbin)
+        pipe = os.readlink(f"/proc/self/fd/{w}")
+        os.close(w)
+        w = None
+        held = [f for f in os.listdir(f"/proc/{srv['pid']}/fd") if _link(f"/proc/{srv['pid']}/fd/{f}") == pipe]
+        assert held == []
+        assert os.read(r, 1) == b""  # EOF: no process holds the write end
+    finally:
+        os.close(r)
+        if w is not None:
+            os.close(w)
+
+
+def _next_call_starts_a_server(wbin):
+    """Stop this context's server, and forget when the last one was started (the launcher starts one at most
+    every 10 s per context): the next call starts one."""
+    key = the_server(wbin)["key"]
+    stop_servers(wbin)
+    try:
+        os.unlink(os.path.join(WARM_DIR, key + ".spawn"))
+    except FileNotFoundError:
+        pass
+
+
+def _link(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+SIGCHLD_BLOCKED = ("import json, os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD]); "
+                   "os.execve(sys.argv[1], sys.argv[1:], json.loads(os.environ['CALL_ENV']))")
+
+
+def test_the_call_that_starts_a_server_leaves_no_signal_pending(wbin, tmp_path, make_netns):
+    """A caller that blocks SIGCHLD: the launcher's start of a server must not leave one pending (pending
+    signals survive the exec) in the plugin, which then goes by exec: its pending sets as exec'd."""
+    ns = make_netns("warmchld")
+    outs = {}
+    for mode, extra in (("first", {}), ("cold", COLD)):
+        _next_call_starts_a_server(wbin)
+        out = tmp_path / f"pending-{mode}"
+        conf = {"cniVersion": "1.0.0", "name": "warm-chld", "type": "debug",
+                "addHooks": [["sh", "-c", f"grep -E '^(SigPnd|ShdPnd)' /proc/$PPID/status > {out}"]]}
+        env = cni_env("ADD", containerid=f"chld-{mode}", netns=f"/run/netns/{ns}", **extra)
+        p = subprocess.run(["/usr/bin/python3", "-c", SIGCHLD_BLOCKED, os.path.join(wbin, "debug")],
+                           env={"CALL_ENV": json.dumps(env)}, input=json.dumps(conf).encode(), capture_output=True)
+        assert p.returncode == 0, p.stderr
+        outs[mode] = out.read_text()
+        if mode == "first":
+            wait_for(lambda: servers(wbin), "the server that call started")
+    assert outs["first"] == outs["cold"] and "0000000000000000" in outs["cold"], outs
+    ensure_server(wbin)
+
+
+@pytest.mark.parametrize("kib", [40, 48, 56])
+def test_a_caller_with_a_small_stack_goes_by_exec(wbin, kib):
+    """A soft RLIMIT_STACK of a few dozen KiB: the exec'd plugin works; the launcher's warm path needs more
+    (it crashed at 44 to 56 KiB), so such a call goes by exec, with the exec'd outcome."""
+    the_server(wbin)
+
+    limit = (kib << 10, resource.getrlimit(resource.RLIMIT_STACK)[1])
+
+    def call(**extra):
+        return subprocess.run([os.path.join(wbin, "loopback")], env=cni_env("VERSION", **extra),
+                              input=json.dumps(LOOPBACK).encode(), capture_output=True,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_STACK, limit))
+    before = served(wbin)
+    w, c = call(), call(**COLD)
+    assert (w.returncode, w.stdout) == (c.returncode, c.stdout) and c.returncode == 0
+    assert served(wbin) == before
