@@ -590,3 +590,75 @@ def test_a_caller_with_a_small_stack_goes_by_exec(wbin, kib):
     w, c = call(), call(**COLD)
     assert (w.returncode, w.stdout) == (c.returncode, c.stdout) and c.returncode == 0
     assert served(wbin) == before
+
+
+def _capture_request(wbin):
+    """A genuine request, as this test's launcher sends it (its snapshot and its fds), caught by a socket
+    of ours put where the context's server listens; the launcher is refused, and goes by exec."""
+    key = the_server(wbin)["key"]
+    stop_servers(wbin)
+    path = os.path.join(WARM_DIR, key + ".sock")
+    fake = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fake.bind(path)
+    fake.listen(1)
+    fake.settimeout(30)
+    try:
+        p = subprocess.Popen([os.path.join(wbin, "loopback")], env=cni_env("VERSION"), stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # (its fds are ours too now)
+        conn, _ = fake.accept()
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 300)
+        conn.send(b"Rtest")
+        conn.close()
+        p.communicate(json.dumps(LOOPBACK).encode(), timeout=30)
+    finally:
+        fake.close()
+        os.unlink(path)
+    os.unlink(os.path.join(WARM_DIR, key + ".spawn"))
+    ensure_server(wbin)
+    return data, fds
+
+
+def _send_as(path, data, fds, drop_caps):
+    """The answer to ``data`` with ``fds``, sent from a fork of the test that first gave up every capability
+    (``drop_caps``; uid 0 stays, so the root-only socket dir and socket still let it in)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        answer = b"?"
+        try:
+            if drop_caps:
+                import ctypes
+                hdr, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # all sets empty
+                if ctypes.CDLL(None, use_errno=True).capset(hdr, caps) != 0:
+                    raise OSError(ctypes.get_errno(), "capset")
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.settimeout(10)
+            s.connect(path)
+            socket.send_fds(s, [data], fds)
+            answer = s.recv(100)
+        except BaseException as e:
+            answer = f"?{e}".encode()
+        finally:
+            os.write(w, answer)
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        return f.read()
+
+
+def test_a_snapshot_that_is_not_the_callers_own_is_refused(wbin):
+    """A root process that gave up its capabilities sends the request (snapshot and fds) of a launcher
+    that had them all: served, its call would run with every capability. The kernel's word on the
+    connecting process (its status lines) is not the snapshot's: refused as `peer`. The same request from
+    a process with the launcher's privilege is accepted (the pid differs; nothing else does)."""
+    data, fds = _capture_request(wbin)
+    path = os.path.join(WARM_DIR, the_server(wbin)["key"] + ".sock")
+    try:
+        before = refused(wbin, "peer")
+        assert _send_as(path, data, fds, drop_caps=True).startswith(b"Rpeer")
+        assert refused(wbin, "peer") == before + 1
+        assert _send_as(path, data, fds, drop_caps=False) == b"A"  # (no G follows: its child ends unused)
+    finally:
+        for fd in fds:
+            os.close(fd)

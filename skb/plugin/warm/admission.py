@@ -1,8 +1,10 @@
 """What the server checks of a call before handing it to a child: only what the kernel attests or what
 the server alone knows (its load, whether it is stopping, its applets, its bundle). Everything about the
-caller's process is the child's to prove (adopt.py: the snapshot), per call."""
+caller's process is the child's to prove (adopt.py: the snapshot), per call; what the snapshot says of
+the caller's privilege, the kernel confirms here (attest)."""
 import errno
 import os
+import select
 import socket
 import struct
 
@@ -36,6 +38,55 @@ def label_line(snapshot):
     return None if v == b"none" else v
 
 
+# The lines of the snapshot's key part that say what privilege a process has. The child proves that it
+# has the snapshot's context; attest() proves that the snapshot is the connecting process's own, so that no
+# root process can have a call run with more privilege than it has (fewer capabilities, a seccomp filter,
+# other groups, another cgroup) by sending a snapshot that is not its own.
+ATTESTED = (b"Uid:", b"Gid:", b"Groups:", b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:", b"NoNewPrivs:",
+            b"Seccomp:", b"Seccomp_filters:")
+SO_PEERPIDFD = 77   # Linux 6.5: a pidfd of the process that connected (its pid cannot be another's meanwhile)
+
+
+def attest(sock, pid, snapshot):
+    """None when the connecting process's ATTESTED status lines and its cgroups, as the kernel gives them
+    now, are those of the snapshot's key part; else what differs (``gone``: it could not be read)."""
+    try:
+        pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError as e:
+        if e.errno not in (errno.ENOPROTOOPT, errno.EINVAL):
+            return "gone"
+        try:  # (an older kernel: the pid SO_PEERCRED gave, which a process that ended leaves free)
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return "gone"
+    try:
+        status, cgroup = _read(f"/proc/{pid}/status"), _read(f"/proc/{pid}/cgroup")
+        poll = select.poll()
+        poll.register(pidfd, select.POLLIN)
+        if poll.poll(0):  # it has ended: what was read may be another process's
+            return "gone"
+    except OSError:
+        return "gone"
+    finally:
+        os.close(pidfd)
+    key = snapshot[:snapshot.find(b"\nadopt\n") + 1]
+    lines = set(key.split(b"\n"))
+    for line in status.split(b"\n"):
+        if line.startswith(ATTESTED) and line not in lines:
+            return line.partition(b":")[0].decode("ascii", "replace")
+    if b"\n/proc/self/cgroup\n" + cgroup + b"sid " not in key:
+        return "cgroup"
+    return None
+
+
+def _read(path):
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
 def admit(server, sock, peer, data, fds, truncated, in_spare=False):
     """(refusal reason or None, Request). ``in_spare``: a spare admits the call it accepted (the server's
     load and stopping state are the server's: a spare exists only while the server has room for it)."""
@@ -51,6 +102,9 @@ def admit(server, sock, peer, data, fds, truncated, in_spare=False):
         return "message", None
     if len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
         return "message", None
+    why = attest(sock, peer.pid, req.snapshot)
+    if why:
+        return f"peer: {why}", None
     if peer.gid != os.getgid():
         return "gid", None
     if server.stopping and not in_spare:
