@@ -36,6 +36,7 @@
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
 #define MAX_SERVERS 16      /* no new server while this many sockets are in the dir */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
+#define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/server.py PROOF_FD) */
 #define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -46,14 +47,6 @@
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
-#ifndef SYS_kcmp
-#define SYS_kcmp 312
-#endif
-#ifndef SYS_landlock_create_ruleset
-#define SYS_landlock_create_ruleset 444
-#endif
-#define KCMP_VM 1
-#define LANDLOCK_CREATE_RULESET_VERSION 1
 
 /* request records (wire.py) */
 #define REC_SNAPSHOT 'C'
@@ -191,7 +184,7 @@ struct call {
     int fixed[NFIXED];          /* cwd, root, the namespaces (close-on-exec: never reach the plugin) */
     int inherited[MAX_FDS];     /* the caller's fds an exec would keep, ascending */
     int ninherited;
-    int dir, run, sock;
+    int dir, run, sock, proof;
     char key[17];
 };
 
@@ -257,7 +250,7 @@ static int eligible(const char *bindir, const char *applet)
  * one for children: execve moves a process into it (an exec'd plugin runs there). */
 static int open_fds(struct call *c)
 {
-    if ((c->ninherited = own_fds(c->inherited, MAX_FDS - NFIXED)) < 0) /* (more than one message carries: exec) */
+    if ((c->ninherited = own_fds(c->inherited, MAX_FDS - NFIXED - 1)) < 0) /* (more than one message carries: exec) */
         return 0;
     c->fixed[0] = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     c->fixed[1] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -297,19 +290,27 @@ static int request(struct msg *m, const struct msg *snap, const char *applet, in
     return !m->oom;
 }
 
-/* Whether we may read the server's process (kcmp(2) asks for PTRACE_MODE_READ on it). Landlock lets a
- * process in a domain read only processes in that domain or one nested in it: the server checks the same
- * of us, and the two answers together say that the server's children are in our Landlock domain, the one
- * an exec'd plugin keeps (row 31). A kernel without kcmp: fine only while it has no Landlock either. */
-static int may_read(pid_t pid)
+/* The file the server holds at fd PROOF_FD, opened through /proc/<pid>/fd, which only a process allowed to
+ * read the server's process (PTRACE_MODE_READ) may do; -1 if we may not. Landlock lets a process in a
+ * domain read only processes in that domain or one nested in it: the server checks the same of us, and
+ * the two answers together say that the server's children are in our Landlock domain, the one an exec'd
+ * plugin keeps (row 31). The fd goes with the request, last, as the proof: the server checks it is its
+ * own file and closes it. */
+static int proof_of_reading(pid_t pid)
 {
-    if (syscall(SYS_kcmp, getpid(), pid, KCMP_VM, 0, 0) >= 0)
-        return 1;
-    return errno == ENOSYS && syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) < 0;
+    char path[48] = "/proc/", num[12];
+    int j = sizeof(num) - 1;
+    num[j] = 0;
+    do
+        num[--j] = (char)('0' + pid % 10);
+    while ((pid /= 10) && j > 0);
+    if (!cat(path, sizeof(path), num + j, "/fd/" PROOF_FD, NULL))
+        return -1;
+    return open(path, O_RDONLY | O_CLOEXEC);
 }
 
 /* Connect to the context's server through the checked socket dir (a rename of the dir cannot redirect
- * us), check it is root and that we may read it (may_read), and send the request with its fds. No
+ * us), check it is root and that we may read it (proof_of_reading), and send the request with its fds. No
  * server: maybe start one, and exec. */
 static int connect_server(struct call *c, const struct msg *req, const char *bindir, const char *loader,
                           const char *libpath, const char *program)
@@ -336,12 +337,14 @@ static int connect_server(struct call *c, const struct msg *req, const char *bin
     }
     struct ucred cred;
     socklen_t cl = sizeof(cred);
-    if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || !may_read(cred.pid))
+    if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
+        (c->proof = proof_of_reading(cred.pid)) < 0)
         return 0;
     int fds[MAX_FDS];
     memcpy(fds, c->fixed, sizeof(c->fixed));
     memcpy(fds + NFIXED, c->inherited, (size_t)c->ninherited * sizeof(int));
-    size_t nfds = (size_t)(NFIXED + c->ninherited);
+    fds[NFIXED + c->ninherited] = c->proof;
+    size_t nfds = (size_t)(NFIXED + c->ninherited + 1);
     char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
     memset(cbuf, 0, sizeof(cbuf));
     struct iovec iov = {.iov_base = req->p, .iov_len = req->n};
@@ -471,7 +474,7 @@ static void follow(int sock)
 void warm(const char *bindir, const char *bundle, const char *applet, int argc, char **argv, const char *loader,
           const char *libpath, const char *program)
 {
-    struct call c = {.ninherited = 0, .dir = -1, .run = -1, .sock = -1};
+    struct call c = {.ninherited = 0, .dir = -1, .run = -1, .sock = -1, .proof = -1};
     struct msg snap = {0}, req = {0};
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < NFIXED; i++)
@@ -495,6 +498,8 @@ out:
             close(c.fixed[i]);
     if (c.sock >= 0)
         close(c.sock);
+    if (c.proof >= 0)
+        close(c.proof);
     if (c.dir >= 0)
         close(c.dir);
     if (c.run >= 0)

@@ -593,8 +593,9 @@ def test_a_caller_with_a_small_stack_goes_by_exec(wbin, kib):
 
 
 def _capture_request(wbin):
-    """A genuine request, as this test's launcher sends it (its snapshot and its fds), caught by a socket
-    of ours put where the context's server listens; the launcher is refused, and goes by exec."""
+    """A genuine request, as this test's launcher sends it (its snapshot and its fds; its proof is an fd of
+    a file of ours), caught by a socket of ours put where the context's server listens; the launcher is
+    refused, and goes by exec."""
     key = the_server(wbin)["key"]
     stop_servers(wbin)
     path = os.path.join(WARM_DIR, key + ".sock")
@@ -602,6 +603,9 @@ def _capture_request(wbin):
     fake.bind(path)
     fake.listen(1)
     fake.settimeout(30)
+    proof = os.memfd_create("fake-proof")  # (the launcher opens the server's fd 255 through /proc: ours here)
+    os.dup2(proof, 255, inheritable=False)
+    os.close(proof)
     try:
         p = subprocess.Popen([os.path.join(wbin, "loopback")], env=cni_env("VERSION"), stdin=subprocess.PIPE,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # (its fds are ours too now)
@@ -611,6 +615,7 @@ def _capture_request(wbin):
         conn.close()
         p.communicate(json.dumps(LOOPBACK).encode(), timeout=30)
     finally:
+        os.close(255)
         fake.close()
         os.unlink(path)
     os.unlink(os.path.join(WARM_DIR, key + ".spawn"))
@@ -618,14 +623,19 @@ def _capture_request(wbin):
     return data, fds
 
 
-def _send_as(path, data, fds, drop_caps):
+def _send_as(path, data, fds, drop_caps=False, confine=False, proof=None):
     """The answer to ``data`` with ``fds``, sent from a fork of the test that first gave up every capability
-    (``drop_caps``; uid 0 stays, so the root-only socket dir and socket still let it in)."""
+    (``drop_caps``; uid 0 stays, so the root-only socket dir and socket still let it in) or entered a
+    Landlock domain (``confine``), and then put an fd of ``proof`` (a path it opens) in the last fd's place."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         answer = b"?"
         try:
+            if confine:
+                exec(LANDLOCK, {})
+            if proof:
+                fds = fds[:-1] + [os.open(proof, os.O_RDONLY)]
             if drop_caps:
                 import ctypes
                 hdr, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # all sets empty
@@ -651,14 +661,37 @@ def test_a_snapshot_that_is_not_the_callers_own_is_refused(wbin):
     """A root process that gave up its capabilities sends the request (snapshot and fds) of a launcher
     that had them all: served, its call would run with every capability. The kernel's word on the
     connecting process (its status lines) is not the snapshot's: refused as `peer`. The same request from
-    a process with the launcher's privilege is accepted (the pid differs; nothing else does)."""
+    a process with the launcher's privilege is accepted (the pid differs; nothing else does). (The process opens
+    the proof before it gives up its capabilities: without CAP_SYS_PTRACE it could not have, row 31.)"""
     data, fds = _capture_request(wbin)
-    path = os.path.join(WARM_DIR, the_server(wbin)["key"] + ".sock")
+    srv = the_server(wbin)
+    path, proof = os.path.join(WARM_DIR, srv["key"] + ".sock"), f"/proc/{srv['pid']}/fd/255"
     try:
         before = refused(wbin, "peer")
-        assert _send_as(path, data, fds, drop_caps=True).startswith(b"Rpeer")
+        assert _send_as(path, data, fds, drop_caps=True, proof=proof).startswith(b"Rpeer")
         assert refused(wbin, "peer") == before + 1
-        assert _send_as(path, data, fds, drop_caps=False) == b"A"  # (no G follows: its child ends unused)
+        assert _send_as(path, data, fds, proof=proof) == b"A"  # (no G follows: its child ends unused)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_confined_client_cannot_skip_the_launchers_proof(wbin):
+    """A root process in a Landlock domain, whose launcher would go by exec (it may not read the server's
+    process), sends a request itself, without the launcher's check: it cannot open the server's
+    proof file (its fd 255, opened through /proc/<pid>/fd), and any other fd in the proof's place is refused
+    (`proof`). An unconfined process
+    that opens the file itself is accepted."""
+    _landlock_or_skip()
+    data, fds = _capture_request(wbin)
+    srv = the_server(wbin)
+    path = os.path.join(WARM_DIR, srv["key"] + ".sock")
+    try:
+        proof = f"/proc/{srv['pid']}/fd/255"
+        assert _send_as(path, data, fds, confine=True, proof=proof).startswith(b"?[Errno 13]")
+        assert _send_as(path, data, fds, confine=True, proof="/proc/self/environ") == b"Rproof"
+        assert _send_as(path, data, fds, proof=proof) == b"A"
+        assert the_server(wbin)["pid"] == srv["pid"]
     finally:
         for fd in fds:
             os.close(fd)

@@ -44,7 +44,23 @@ def label_line(snapshot):
 # other groups, another cgroup) by sending a snapshot that is not its own.
 ATTESTED = (b"Uid:", b"Gid:", b"Groups:", b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:", b"NoNewPrivs:",
             b"Seccomp:", b"Seccomp_filters:")
+PROOF_FD = 255      # where the server holds its proof file (build/warm_client.c PROOF_FD)
 SO_PEERPIDFD = 77   # Linux 6.5: a pidfd of the process that connected (its pid cannot be another's meanwhile)
+
+
+def make_proof():
+    """The server's proof file, a memfd of its own at PROOF_FD: its identity, or None when the fd is taken.
+    A launcher opens it through /proc/<server pid>/fd, which needs leave to read the server's process."""
+    try:
+        os.fstat(PROOF_FD)
+        return None
+    except OSError:
+        pass
+    fd = os.memfd_create("skb-warm-proof", os.MFD_CLOEXEC)
+    os.dup2(fd, PROOF_FD, inheritable=False)
+    os.close(fd)
+    st = os.fstat(PROOF_FD)
+    return st.st_dev, st.st_ino
 
 
 def attest(sock, pid, snapshot):
@@ -92,16 +108,27 @@ def admit(server, sock, peer, data, fds, truncated, in_spare=False):
     load and stopping state are the server's: a spare exists only while the server has room for it)."""
     if peer.uid != 0:
         return "uid", None
-    if not syscalls.may_read(peer.pid):  # (and the launcher may read us: one Landlock domain)
-        return "landlock", None
     if truncated:
         return "message", None
     try:
         req = wire.parse(data)
     except ValueError:
         return "message", None
-    if len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
+    if len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers) + 1:
         return "message", None
+    # One Landlock domain (row 31): the sender could read us (the proof: our file at PROOF_FD, which only a
+    # process that may read us can open through /proc/<pid>/fd), and we can read it
+    proof = fds.pop()
+    try:
+        st = os.fstat(proof)
+        mine = (st.st_dev, st.st_ino) == server.proof_id
+    except OSError:
+        mine = False
+    os.close(proof)
+    if not mine:
+        return "proof", None
+    if not syscalls.may_read(peer.pid):
+        return "landlock", None
     why = attest(sock, peer.pid, req.snapshot)
     if why:
         return f"peer: {why}", None

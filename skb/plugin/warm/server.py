@@ -101,6 +101,7 @@ class Server:
         self.figures = []           # (ru_maxrss KB, faulted-in KB, hand-off ms, accept-to-exit ms), last 64
         self.stopping = None
         self.log_fd = -1
+        self.proof_id = None
         self.sel = None
         # The locale the interpreter configured its stdio with at start-up (fixed for its life).
         self.locale = snapshot.locale_of(os.environ._data)
@@ -151,6 +152,9 @@ class Server:
         except BlockingIOError:
             return "another server holds this context"
         self.bundle_id = _ident(os.stat(self.bundle))
+        self.proof_id = admission.make_proof()
+        if self.proof_id is None:
+            return f"fd {admission.PROOF_FD} is taken"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         tmp, path = f"{self.key}.sock.{os.getpid()}", f"{self.key}.sock"
         self.sock.bind(f"/proc/self/fd/{self.dir}/" + tmp)
@@ -420,12 +424,8 @@ class Server:
 
     # Refusals that say no call of that caller will ever be served here: the server ends, and the caller's
     # next call starts one of its own (the launcher starts at most one per 10 s per context).
-    ENDS_IT = {
-        # its children cannot raise their priority to the caller's (no CAP_SYS_NICE, no RLIMIT_NICE for it)
-        "nice": "a caller at a higher priority than its children can take",
-        # it is in a Landlock domain the caller is not in (it was started by a restricted caller)
-        "landlock": "a caller outside its Landlock domain",
-    }
+    ENDS_IT = {"nice": "a caller at a higher priority than its children can take",  # (no CAP_SYS_NICE)
+               "landlock": "a caller outside its Landlock domain"}  # (it was started by a confined caller)
 
     def count(self, reason):
         """Count a refusal by its kind ("kind: details" is logged whole)."""

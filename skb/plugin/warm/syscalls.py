@@ -56,9 +56,9 @@ def set_mempolicy(mode, words):
 
 def may_read(pid):
     """Whether this process may read process ``pid`` (kcmp(2) asks for PTRACE_MODE_READ on it): under
-    Landlock, only if our domain is the caller's or one it is nested in. The launcher asks the same of us
-    (build/warm_client.c may_read): both true, the domains are the same (row 31). A kernel without kcmp:
-    true only while it has no Landlock either."""
+    Landlock, only if our domain is the caller's or one it is nested in. The launcher proves the same of
+    itself towards us (build/warm_client.c proof_of_reading): both true, the domains are the same (row 31).
+    A kernel without kcmp: true only while it has no Landlock either."""
     try:
         _syscall5(SYS_KCMP, os.getpid(), pid, KCMP_VM, 0, 0)
         return True

@@ -2,7 +2,9 @@
 
 One SOCK_SEQPACKET connection per call, one message per packet. A call request is the kind byte
 followed by records (tag byte, u32 little-endian length, bytes) and carries fds (SCM_RIGHTS): first
-FIXED_FDS (cwd, root, the namespaces), then the caller's inherited fds, whose numbers are in the FDS record.
+FIXED_FDS (cwd, root, the namespaces), then the caller's inherited fds, whose numbers are in the FDS record,
+then the proof (the server's file at PROOF_FD, opened by the launcher through /proc/<pid>/fd;
+admission.py takes it off).
 """
 import socket
 import struct
