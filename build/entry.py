@@ -47,8 +47,9 @@ def run(argv):
     os._exit(code & 0xFF)
 
 
-if len(sys.argv) > 1 and sys.argv[1] == "--warm-serve":
+WARM_SERVE = len(sys.argv) > 1 and sys.argv[1] == "--warm-serve"
+if WARM_SERVE:
     from skb.applets import APPLETS
     from skb.plugin.warm.server import serve
-    serve(sys.argv, run, APPLETS)
-run(sys.argv)
+# (one line for both, so that a warm call's traceback names this line as an exec'd call's does: adopt.py)
+serve(sys.argv, run, APPLETS) if WARM_SERVE else run(sys.argv)

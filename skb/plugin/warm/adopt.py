@@ -438,10 +438,16 @@ class Child:
 def _unhandled(pid):
     """End as an exec'd bundle ends when an exception escapes its entry script: the interpreter prints the
     traceback, PyInstaller's bootloader says it failed (naming the process, whose pid the caller knows),
-    and the process exits 1. (The traceback's frames below the entry script are the same code's.)"""
+    and the process exits 1. The traceback is the exec'd one's: the entry script's last line (the same
+    line starts the server and runs an exec'd call), then the frames from its run() on; those of the
+    server, the spare and this module in between are not the call's."""
     import traceback  # (only on this path: a process that is about to end)
     try:
-        traceback.print_exc()
+        _, e, tb = sys.exc_info()
+        shown = traceback.TracebackException(type(e), e, tb.tb_next)
+        entry = traceback.extract_stack(sys._getframe())[:1]  # (the outermost frame: the entry script's)
+        shown.stack = traceback.StackSummary.from_list(entry + list(shown.stack))
+        sys.stderr.write("".join(shown.format()))
         sys.stderr.flush()
         os.write(2, f"[PYI-{pid}:ERROR] Failed to execute script 'entry' due to unhandled exception!\n".encode())
     finally:
