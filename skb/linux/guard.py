@@ -32,9 +32,9 @@ from skb.cni.errors import CNIError, INVALID_ENV, INVALID_NETNS
 PLUGIN_PID = None
 
 
-def own_pids():
-    """The pids that are this plugin process: /proc/self's, and the caller's view of it (a warm call)."""
-    return {str(os.getpid()), str(PLUGIN_PID or os.getpid())}
+def own_pid():
+    """The pid that is this plugin process, as its caller knows it (a warm call's is its launcher's)."""
+    return str(PLUGIN_PID or os.getpid())
 
 
 def _ident(path):
@@ -69,7 +69,7 @@ def other_process(path):
     whatever namespace that PID has *now*: after PID reuse, another one. ``/proc/self`` and
     ``/proc/thread-self`` resolve to our own PID: None. Also recognised: ``<procfs>/<pid>/ns/net`` of a
     procfs mounted elsewhere (by its magic link)."""
-    own = own_pids()
+    own, me = own_pid(), str(os.getpid())
     todo = [c for c in reversed(path.split("/")) if c]
     if not path.startswith("/"):
         todo += [c for c in reversed(os.getcwd().split("/")) if c]
@@ -84,7 +84,7 @@ def other_process(path):
                 cur.pop()
             continue
         cur.append(c)
-        if len(cur) >= 2 and cur[0] == "proc" and cur[1].isdigit() and cur[1] not in own:
+        if len(cur) >= 2 and cur[0] == "proc" and cur[1].isdigit() and cur[1] != own:
             return int(cur[1])
         try:
             target = os.readlink("/" + "/".join(cur))
@@ -94,12 +94,14 @@ def other_process(path):
             # /proc/<pid>/ns/net or /proc/<pid>/task/<tid>/ns/net, wherever that procfs is mounted
             if len(cur) >= 3 and cur[-2] == "ns":
                 pid = cur[-5] if len(cur) >= 5 and cur[-4] == "task" else cur[-3]
-                if pid.isdigit() and pid not in own:
+                if pid.isdigit() and pid != own:
                     return int(pid)
             return None
         hops += 1
         if hops > 40:
             return None         # a symlink loop: open() fails with ELOOP anyway
+        if cur[-1] in ("self", "thread-self") and target.split("/")[0] == me:
+            target = own + target[len(me):]  # (a warm call's child: a procfs's self is the caller's plugin)
         cur.pop()
         if target.startswith("/"):
             cur = []

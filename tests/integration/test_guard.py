@@ -119,6 +119,24 @@ def test_del_resolves_the_path_before_the_proc_rule(make_netns, tmp_path):
         sleeper.wait()
 
 
+def test_in_a_warm_calls_child_the_plugin_is_its_launcher():
+    """A warm call's child has guard.PLUGIN_PID set to its launcher's pid, the pid the caller knows the
+    plugin by: /proc/self, /proc/thread-self and /proc/<launcher> are the plugin's own; the child's own
+    pid, which an exec'd plugin never has, is another process's (as the same number is, exec'd)."""
+    launcher = subprocess.Popen(["sleep", "30"])
+    try:
+        guard.PLUGIN_PID = launcher.pid
+        for own in ("/proc/self/ns/net", "/proc/thread-self/ns/net", f"/proc/{launcher.pid}/ns/net",
+                    "/proc/self/../self/ns/net"):
+            assert guard.other_process(own) is None, own
+        assert guard.other_process(f"/proc/{os.getpid()}/ns/net") == os.getpid()
+        assert guard.other_process(f"/proc/self/../{os.getpid()}/ns/net") == os.getpid()
+    finally:
+        guard.PLUGIN_PID = None
+        launcher.kill()
+        launcher.wait()
+
+
 @pytest.mark.parametrize("command", ["ADD", "CHECK", "DEL"])
 def test_a_nul_byte_in_cni_netns_is_code_4(command):
     with pytest.raises(CNIError) as e:
