@@ -145,6 +145,16 @@ static int find_bundle(const char *dir, char *link, size_t size, char *bundle)
     return *name && cat(own, sizeof(own), dir, "/", name, NULL) && realpath(own, bundle);
 }
 
+/* access() as the exec below will find the file: by the effective ids. access() itself goes by the real
+ * ones, which differ only in a set-id caller; faccessat's AT_EACCESS needs faccessat2, which some seccomp
+ * profiles refuse with EPERM, so it is used only then. */
+static int usable(const char *path, int mode)
+{
+    if (getuid() == geteuid() && getgid() == getegid())
+        return access(path, mode) == 0;
+    return faccessat(AT_FDCWD, path, mode, AT_EACCESS) == 0;
+}
+
 int main(int argc, char **argv)
 {
     /* (static: a caller may give us little stack, and an exec'd plugin must still run there) */
@@ -178,10 +188,9 @@ int main(int argc, char **argv)
     if (!cat(loader, sizeof(loader), bundle, "/" LOADER, NULL) || !cat(program, sizeof(program), bundle, "/" PROGRAM, NULL) ||
         !cat(libpath, sizeof(libpath), bundle, "/lib:", bundle, "/_internal", NULL))
         return fail("skb-cni bundle path too long: ", bundle, "install into a shorter directory");
-    /* (as the exec below will find them: by the effective ids, which access() does not use) */
-    if (faccessat(AT_FDCWD, loader, X_OK, AT_EACCESS) != 0)
+    if (!usable(loader, X_OK))
         return fail("skb-cni bundle missing: ", loader, "reinstall with make install");
-    if (faccessat(AT_FDCWD, program, R_OK, AT_EACCESS) != 0)
+    if (!usable(program, R_OK))
         return fail("skb-cni bundle missing: ", program, "reinstall with make install");
 
     warm(self, bundle, applet, argc, argv, loader, libpath, program); /* returns when the call goes by exec */

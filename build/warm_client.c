@@ -151,9 +151,14 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
         sigset_t all;
         /* none of the caller's fds: an exec'd plugin's end closes them, a server would hold them for its
          * whole life (a lock, a pipe's write end, a namespace) */
-        if (setpgid(0, 0) < 0 || syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) != 0 ||
-            syscall(SYS_close_range, 3, ~0U, 0) != 0)
+        if (setpgid(0, 0) < 0 || syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) != 0)
             _exit(0); /* (raw clones: the C library's fork is not for a child of a raw clone) */
+        if (syscall(SYS_close_range, 3, ~0U, 0) != 0) { /* (ENOSYS before Linux 5.9) */
+            struct rlimit nofile = {0, 0};
+            getrlimit(RLIMIT_NOFILE, &nofile);
+            for (rlim_t fd = 3; fd < nofile.rlim_cur && fd < (1 << 20); fd++)
+                close((int)fd);
+        }
         int null = open("/dev/null", O_RDWR);
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
             _exit(1);
@@ -306,7 +311,7 @@ static int proof_of_reading(pid_t pid)
     while ((pid /= 10) && j > 0);
     if (!cat(path, sizeof(path), num + j, "/fd/" PROOF_FD, NULL))
         return -1;
-    return open(path, O_RDONLY | O_CLOEXEC);
+    return open(path, O_PATH | O_CLOEXEC); /* (O_PATH: the /proc link is still checked; the file is never opened) */
 }
 
 /* Connect to the context's server through the checked socket dir (a rename of the dir cannot redirect

@@ -80,3 +80,29 @@ def test_doctor_names_exactly_the_runtimes_whose_calls_go_by_exec(wbin, tmp_path
     assert bool(named) == (not warm), named
     if named:
         assert named[0]["severity"] == "note" and named[0]["fix"]
+
+
+def test_doctor_shows_no_raw_bytes_of_a_process_and_judges_root_processes_only(wbin, tmp_path):
+    """Any user can name a process containerd and set its environment: the doctor names only processes
+    that run as root, and shows what it read of them with escapes, never raw (a terminal would act on
+    them)."""
+    evil = "\x1b[31m\x1b]0;title\x07\x1b[2K"
+    runtimes = {}
+    try:
+        for who, setup in (("root", ""), ("nobody", "os.setresuid(65534, 65534, 65534)")):
+            runtimes[who] = subprocess.Popen(["/usr/bin/python3", "-c", RUNTIME, setup, "{}"], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, text=True, env={"SKB_WARM": evil})
+            assert runtimes[who].stdout.readline() == "ready\n"
+        (tmp_path / "net.d").mkdir()
+        p = subprocess.run([os.path.join(wbin, "skb"), "doctor", "--json", "--conf-dir", str(tmp_path / "net.d"),
+                            "--bin-dir", wbin, "--containerd-config", "", "--crio-config", "", "--crio-config-dir", "",
+                            "--no-version", "--no-status"], capture_output=True, text=True, timeout=120)
+        found = {who: [f for f in json.loads(p.stdout)["notes"] if f"(pid {r.pid})" in f["what"]]
+                 for who, r in runtimes.items()}
+    finally:
+        for r in runtimes.values():
+            r.stdin.close()
+            r.wait()
+    assert found["nobody"] == []
+    assert len(found["root"]) == 1 and "\x1b" not in found["root"][0]["evidence"]
+    assert "SKB_WARM=\\x1b[31m" in found["root"][0]["evidence"]

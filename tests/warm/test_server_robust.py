@@ -695,3 +695,29 @@ def test_a_confined_client_cannot_skip_the_launchers_proof(wbin):
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_a_client_that_ended_before_its_request_is_refused_and_the_server_stays(wbin):
+    """The process that connected has ended (its socket lives on in another, which sends the request): what
+    /proc and kcmp say of its pid may be another process's, so the call is refused as `peer: gone`, and the
+    server stays (it was refused as `landlock`, which ends the server: any client could have ended it)."""
+    data, fds = _capture_request(wbin)
+    srv = the_server(wbin)
+    proof = os.open(f"/proc/{srv['pid']}/fd/255", os.O_PATH | os.O_CLOEXEC)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                s.connect(os.path.join(WARM_DIR, srv["key"] + ".sock"))
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        socket.send_fds(s, [data], fds[:-1] + [proof])
+        assert s.recv(100) == b"Rpeer: gone"
+        assert refused(wbin, "landlock") == 0 and the_server(wbin)["pid"] == srv["pid"]
+    finally:
+        s.close()
+        for fd in fds + [proof]:
+            os.close(fd)

@@ -554,3 +554,26 @@ def test_spare_faults_in_what_calls_write(wbin, tmp_path):
     owned = wait_for(lambda: (_own_pages(srv["sparePid"]) >= 0.9 * pages) and _own_pages(srv["sparePid"]),
                      "the spare to own the learnt pages", 10)
     assert owned - learning >= 64 and learning < 0.9 * pages, (learning, owned, pages)
+
+
+# A caller under a seccomp filter that answers faccessat2 with EPERM, as older container profiles do
+FACCESSAT2_EPERM = r"""
+import ctypes, json, os, struct, sys
+def insn(code, k, jt=0, jf=0): return struct.pack("HBBI", code, jt, jf, k)
+prog = ctypes.create_string_buffer(insn(0x20, 0) + insn(0x15, 439, 0, 1) + insn(0x06, 0x00050000 | 1) + insn(0x06, 0x7fff0000))
+fprog = struct.pack("HxxxxxxQ", 4, ctypes.addressof(prog))
+assert ctypes.CDLL(None).prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0
+os.execve(sys.argv[1], sys.argv[1:], json.loads(os.environ["CALL_ENV"]))
+"""
+
+
+@pytest.mark.parametrize("extra", [{}, COLD])
+def test_a_seccomp_profile_that_refuses_faccessat2_still_runs_plugins(wbin, extra):
+    """The launcher checks the bundle as exec will find it; with the effective ids equal to the real ones
+    that is access(), not faccessat's AT_EACCESS, which needs faccessat2: an older seccomp profile answers
+    that with EPERM, and the plugin was reported missing (code 999), even exec'd."""
+    env = dict(cni_env("VERSION"), **extra)
+    p = subprocess.run(["/usr/bin/python3", "-c", FACCESSAT2_EPERM, os.path.join(wbin, "loopback")],
+                       env={"CALL_ENV": json.dumps(env)}, input=json.dumps(LOOPBACK).encode(), capture_output=True)
+    plain = run_plugin(os.path.join(wbin, "loopback"), env, LOOPBACK)
+    assert (p.returncode, p.stdout.decode()) == (0, plain.stdout), p.stderr

@@ -65,33 +65,37 @@ def make_proof():
 
 def attest(sock, pid, snapshot):
     """None when the connecting process's ATTESTED status lines and its cgroups, as the kernel gives them
-    now, are those of the snapshot's key part; else what differs (``gone``: it could not be read)."""
+    now, are those of the snapshot's key part, and it is in our Landlock domain (we may read it: row 31);
+    else the refusal (``peer: gone``: it could not be read, or it ended meanwhile)."""
     try:
         pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
     except OSError as e:
-        if e.errno not in (errno.ENOPROTOOPT, errno.EINVAL):
-            return "gone"
-        try:  # (an older kernel: the pid SO_PEERCRED gave, which a process that ended leaves free)
+        if e.errno != errno.ENOPROTOOPT:  # (EINVAL: the process has ended and been reaped)
+            return "peer: gone"
+        try:  # (a kernel older than 6.5: the pid SO_PEERCRED gave, which a process that ended leaves free)
             pidfd = os.pidfd_open(pid)
         except OSError:
-            return "gone"
+            return "peer: gone"
     try:
         status, cgroup = _read(f"/proc/{pid}/status"), _read(f"/proc/{pid}/cgroup")
+        unreadable = syscalls.may_read(pid)
         poll = select.poll()
         poll.register(pidfd, select.POLLIN)
-        if poll.poll(0):  # it has ended: what was read may be another process's
-            return "gone"
+        if poll.poll(0):  # it has ended: what was read, and kcmp's answer, may be another process's
+            return "peer: gone"
     except OSError:
-        return "gone"
+        return "peer: gone"
     finally:
         os.close(pidfd)
     key = snapshot[:snapshot.find(b"\nadopt\n") + 1]
     lines = set(key.split(b"\n"))
     for line in status.split(b"\n"):
         if line.startswith(ATTESTED) and line not in lines:
-            return line.partition(b":")[0].decode("ascii", "replace")
+            return "peer: " + line.partition(b":")[0].decode("ascii", "replace")
     if b"\n/proc/self/cgroup\n" + cgroup + b"sid " not in key:
-        return "cgroup"
+        return "peer: cgroup"
+    if unreadable:
+        return "landlock" if unreadable == errno.EPERM else "peer: gone"
     return None
 
 
@@ -127,11 +131,9 @@ def admit(server, sock, peer, data, fds, truncated, in_spare=False):
     os.close(proof)
     if not mine:
         return "proof", None
-    if not syscalls.may_read(peer.pid):
-        return "landlock", None
     why = attest(sock, peer.pid, req.snapshot)
     if why:
-        return f"peer: {why}", None
+        return why, None
     if peer.gid != os.getgid():
         return "gid", None
     if server.stopping and not in_spare:

@@ -55,17 +55,18 @@ def set_mempolicy(mode, words):
 
 
 def may_read(pid):
-    """Whether this process may read process ``pid`` (kcmp(2) asks for PTRACE_MODE_READ on it): under
-    Landlock, only if our domain is the caller's or one it is nested in. The launcher proves the same of
-    itself towards us (build/warm_client.c proof_of_reading): both true, the domains are the same (row 31).
-    A kernel without kcmp: true only while it has no Landlock either."""
+    """0 when this process may read process ``pid`` (kcmp(2) asks for PTRACE_MODE_READ on it), else the
+    errno (EPERM: it may not; ESRCH: no such process). Under Landlock a process may read only those in its
+    domain or one nested in it. The launcher proves the same of itself towards us (build/warm_client.c
+    proof_of_reading): both true, the domains are the same (row 31). A kernel without kcmp: 0 only while
+    it has no Landlock either."""
     try:
         _syscall5(SYS_KCMP, os.getpid(), pid, KCMP_VM, 0, 0)
-        return True
+        return 0
     except OSError as e:
         if e.errno != errno.ENOSYS:
-            return False
-    return not _ok(_syscall3, SYS_LANDLOCK_CREATE_RULESET, 0, 0, LANDLOCK_CREATE_RULESET_VERSION)
+            return e.errno or errno.EPERM
+    return errno.EPERM if _ok(_syscall3, SYS_LANDLOCK_CREATE_RULESET, 0, 0, LANDLOCK_CREATE_RULESET_VERSION) else 0
 
 
 def fork_blocked():

@@ -60,7 +60,7 @@ What it checks, with the finding codes:
 - ``pod-range-overlap`` (``overlap``): a routed network's range overlaps the node's own network (an
   address of the node in it, a router of the node in it, a route into it), with what ptp's ADD answers.
 - ``warm-start-off`` (``warmcallers``, a note): a runtime process (containerd, crio, cri-dockerd, podman)
-  whose plugins never start warm, because of what they inherit from it: ``SKB_WARM`` set to turn it off,
+  running as root whose plugins never start warm, because of what they inherit from it: ``SKB_WARM`` set to turn it off,
   a variable acted on when a process starts (``LD_PRELOAD``, ``MALLOC_*``...), a uid other than root, a
   seccomp filter. The launcher then goes by exec without asking a server, so no server counts such calls.
 - ``runtime-config-invalid``: a runtime configuration that does not parse or has an unknown version is

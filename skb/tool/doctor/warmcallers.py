@@ -17,8 +17,10 @@ ENVIRON_LIMIT = 4 << 20
 
 
 def _shown(entry, width=60):
-    s = entry.decode(errors="replace")
-    return s if len(s) <= width else s[:width] + "..."
+    """An environment entry as a line of the report: any process may set its own, so nothing in it reaches
+    the terminal but printable characters (the rest as escapes)."""
+    s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in entry.decode(errors="replace")[:width])
+    return s + ("..." if len(entry) > width else "")
 
 
 def why_not(environ, status):
@@ -35,8 +37,8 @@ def why_not(environ, status):
         reasons.append(f"{', '.join(_shown(e) for e in started[:3])}{more}: acted on when a process starts")
     fields = dict(line.partition(b":")[::2] for line in status.splitlines())
     uids = fields.get(b"Uid", b"").split()
-    if uids[:2] != [b"0", b"0"]:
-        reasons.append(f"its uid is {b'/'.join(uids[:2]).decode(errors='replace') or '?'}, not root")
+    if uids[:1] != [b"0"]:
+        reasons.append(f"its real uid is {_shown(uids[0]) if uids else '?'}, not root")
     seccomp = fields.get(b"Seccomp", b"0").strip()
     if seccomp != b"0":
         reasons.append(f"it runs under a seccomp filter (Seccomp: {seccomp.decode(errors='replace')})")
@@ -57,6 +59,8 @@ def check_warm_callers(findings, proc="/proc"):
             status = read_regular(f"{proc}/{pid}/status", 1 << 16)
         except BadFile:  # gone meanwhile, or not ours to read (not root): nothing to say
             continue
+        if (status.split(b"\nUid:", 1)[1:] or [b""])[0].split()[1:2] != [b"0"]:
+            continue  # (not running as root: not a runtime of this node, a rootless one, or one named so)
         reasons = why_not(environ, status)
         if reasons:
             findings.append(Finding(
