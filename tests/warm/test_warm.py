@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import time
 
@@ -554,6 +555,69 @@ def test_spare_faults_in_what_calls_write(wbin, tmp_path):
     owned = wait_for(lambda: (_own_pages(srv["sparePid"]) >= 0.9 * pages) and _own_pages(srv["sparePid"]),
                      "the spare to own the learnt pages", 10)
     assert owned - learning >= 64 and learning < 0.9 * pages, (learning, owned, pages)
+
+
+def _opened_under(dirs):
+    """An inotify watch for opens of anything in ``dirs``: a function returning the paths opened since."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0, ctypes.get_errno()
+    watched = {}
+    for d in dirs:
+        wd = libc.inotify_add_watch(fd, d.encode(), 0x20)  # IN_OPEN
+        assert wd >= 0, (d, ctypes.get_errno())
+        watched[wd] = d
+
+    def opened():
+        found, data = [], b""
+        while True:
+            try:
+                data += os.read(fd, 1 << 16)
+            except BlockingIOError:
+                break
+        while data:
+            wd, _mask, _cookie, n = struct.unpack_from("iIII", data)
+            found.append(os.path.join(watched[wd], data[16:16 + n].rstrip(b"\0").decode()))
+            data = data[16 + n:]
+        return found
+    return opened, lambda: os.close(fd)
+
+
+def test_a_warm_call_reads_no_module_file(wbin, make_netns, tmp_path):
+    """A module a plugin imports only on some paths (ptp's sysctls on ADD, its CHECK) is imported by the
+    server before its first call (LATE_IMPORTS), not by each call's child, which would read and run it
+    on the call's path (0.3-0.9 ms each). The bundle's module directories are watched (inotify) while a
+    ptp ADD, CHECK and DEL, a loopback ADD and a host-local ADD and DEL are served: nothing in them is
+    opened. (Each call is a fresh fork of the server: calls made before teach a child nothing.)"""
+    internal = [os.path.join(wbin, n, "_internal") for n in os.listdir(wbin) if n.startswith(".skb-")]
+    assert len(internal) == 1, internal
+    dirs = [d for d, _, _ in os.walk(internal[0])]
+    ns = make_netns("warmmods")
+    conf = ptp_conf(tmp_path / "ipam", "10.91.4.0/24")
+    env = cni_env("ADD", containerid="mods", netns=f"/run/netns/{ns}", path=wbin)
+    hl = {"cniVersion": "1.0.0", "name": "warm-hl", "ipam": {"type": "host-local", "subnet": "10.91.5.0/24",
+                                                            "dataDir": str(tmp_path / "hl")}}
+    wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
+    before = served(wbin)
+    opened, close = _opened_under(dirs)
+    try:
+        add = run_plugin(os.path.join(wbin, "ptp"), env, conf)
+        assert add.rc == 0, add
+        check = dict(conf, prevResult=json.loads(add.stdout))
+        assert run_plugin(os.path.join(wbin, "ptp"), dict(env, CNI_COMMAND="CHECK"), check).rc == 0
+        assert run_plugin(os.path.join(wbin, "ptp"), dict(env, CNI_COMMAND="DEL"), conf).rc == 0
+        lo = run_plugin(os.path.join(wbin, "loopback"), cni_env("ADD", netns=f"/run/netns/{ns}", ifname="lo"),
+                        LOOPBACK)
+        assert lo.rc == 0, lo
+        for command in ("ADD", "DEL"):
+            r = run_plugin(os.path.join(wbin, "host-local"), dict(env, CNI_COMMAND=command), hl)
+            assert r.rc == 0, r
+        reads = opened()  # (before `skb warm status`, an exec'd Python that reads them all)
+    finally:
+        close()
+    assert served(wbin) == before + 6
+    assert reads == [], "\n".join(reads)
 
 
 # A caller under a seccomp filter that answers faccessat2 with EPERM, as older container profiles do

@@ -584,9 +584,11 @@ def serve(argv, run, applets):
         server.log(f"not serving: {why}")
         os._exit(1)
     # Everything a call can import, imported once here: the children start with it (and the pages are
-    # shared until written). Plugin modules only read their environment when called.
+    # shared until written). Plugin modules only read their environment when called; the modules they
+    # import only on some paths, they name (LATE_IMPORTS).
     for module in server.applets.values():
-        __import__(module, fromlist=["main"])
+        for name in getattr(__import__(module, fromlist=["main"]), "LATE_IMPORTS", ()):
+            __import__(name)
     gc.freeze()
     try:
         server.serve()
