@@ -3,12 +3,13 @@
  * warm() goes through its steps in order; any step that fails returns, and main() execs the bundle exactly
  * as without warm start: eligible() (applet, opt-outs, root, stdio), open_fds() (the caller's inherited
  * fds, then cwd, root and the namespaces), the snapshot (warm_snapshot.c) and its key, request(),
- * connect_server() (starting a server, detached, when there is none), handshake() (ACCEPTED within
- * ACCEPT_TIMEOUT, then GO), and follow() until the child's exit status comes back. The call is committed
- * only once the child says it has BEGUN: before that, a refusal, an EOF or an exit status sends the call
- * to exec, so a call never runs twice and never turns into an error because a server ended. After it,
- * every signal the launcher can catch is passed on to the child; a server that dies mid-call is reported
- * as a CNI error (code 999). Wire format: skb/plugin/warm/wire.py.
+ * connect_server() (starting a server, detached, when there is none; the request carries no fd of the
+ * caller's), handshake() (ACCEPTED within ACCEPT_TIMEOUT, then GO with the caller's fds), and follow()
+ * until the child's exit status comes back. The call is committed only once the child says it has BEGUN:
+ * before that, a refusal, an EOF or an exit status sends the call to exec, so a call never runs twice and
+ * never turns into an error because a server ended. After it, every signal the launcher can catch is
+ * passed on to the child; a server that dies mid-call is reported as a CNI error (code 999). Wire
+ * format: skb/plugin/warm/wire.py.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -314,9 +315,25 @@ static int proof_of_reading(pid_t pid)
     return open(path, O_PATH | O_CLOEXEC); /* (O_PATH: the /proc link is still checked; the file is never opened) */
 }
 
+/* One message with fds (SCM_RIGHTS), never blocking, never raising SIGPIPE. */
+static int send_fds(int sock, const void *p, size_t n, const int *fds, size_t nfds)
+{
+    char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = CMSG_SPACE(sizeof(int) * nfds)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+    return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n;
+}
+
 /* Connect to the context's server through the checked socket dir (a rename of the dir cannot redirect
- * us), check it is root and that we may read it (proof_of_reading), and send the request with its fds. No
- * server: maybe start one, and exec. */
+ * us), check it is root and that we may read it (proof_of_reading), and send the request with the proof,
+ * its only fd: the caller's own fds go with GO (handshake), once a child has the call, so that a request
+ * nobody accepts, left queued on the socket after we gave up, holds none of them (a pipe's write end
+ * held there would keep the runtime from ever reading EOF). No server: maybe start one, and exec. */
 static int connect_server(struct call *c, const struct msg *req, const char *bindir, const char *loader,
                           const char *libpath, const char *program)
 {
@@ -345,29 +362,21 @@ static int connect_server(struct call *c, const struct msg *req, const char *bin
     if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
         (c->proof = proof_of_reading(cred.pid)) < 0)
         return 0;
+    return send_fds(c->sock, req->p, req->n, &c->proof, 1);
+}
+
+/* ACCEPTED within the timeout, answered with GO and the caller's fds (cwd, root, the namespaces, then the
+ * inherited ones, in the request's order); anything else: exec. */
+static int handshake(const struct call *c)
+{
+    struct pollfd pf = {.fd = c->sock, .events = POLLIN};
+    char r[64];
+    if (poll(&pf, 1, ACCEPT_TIMEOUT) <= 0 || recv(c->sock, r, sizeof(r), MSG_DONTWAIT) < 1 || r[0] != 'A')
+        return 0;
     int fds[MAX_FDS];
     memcpy(fds, c->fixed, sizeof(c->fixed));
     memcpy(fds + NFIXED, c->inherited, (size_t)c->ninherited * sizeof(int));
-    fds[NFIXED + c->ninherited] = c->proof;
-    size_t nfds = (size_t)(NFIXED + c->ninherited + 1);
-    char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-    memset(cbuf, 0, sizeof(cbuf));
-    struct iovec iov = {.iov_base = req->p, .iov_len = req->n};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                        .msg_controllen = CMSG_SPACE(sizeof(int) * nfds)};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-    return sendmsg(c->sock, &mh, MSG_NOSIGNAL) == (ssize_t)req->n;
-}
-
-/* ACCEPTED within the timeout, answered with GO; anything else: exec. */
-static int handshake(int sock)
-{
-    struct pollfd pf = {.fd = sock, .events = POLLIN};
-    char r[64];
-    return poll(&pf, 1, ACCEPT_TIMEOUT) > 0 && recv(sock, r, sizeof(r), MSG_DONTWAIT) >= 1 && r[0] == 'A' &&
-           send(sock, "G", 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1;
+    return send_fds(c->sock, "G", 1, fds, (size_t)(NFIXED + c->ninherited));
 }
 
 /* --------------------------------------------------------------- passing signals on to the child */
@@ -494,7 +503,7 @@ void warm(const char *bindir, const char *bundle, const char *applet, int argc, 
     c.key[16] = 0;
     if (!snapshot_adopted(&snap, c.fixed, c.inherited, c.ninherited) || !request(&req, &snap, applet, argc, argv, &c))
         goto out;
-    if (!connect_server(&c, &req, bindir, loader, libpath, program) || !handshake(c.sock))
+    if (!connect_server(&c, &req, bindir, loader, libpath, program) || !handshake(&c))
         goto out;
     follow(c.sock);
 out:

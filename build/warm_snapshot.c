@@ -196,7 +196,7 @@ int snapshot_key(struct msg *m, const char *bundle, const int *fixed, const char
     static const char *const LOCALE[] = {"LC_ALL", "LC_CTYPE", "LANG", NULL};
     struct stat st;
     char b[4096];
-    adds(m, "skb-warm 2\nbundle "), adds(m, bundle), adds(m, "\n");
+    adds(m, "skb-warm 3\nbundle "), adds(m, bundle), adds(m, "\n");
     for (int i = 0; i < NNS; i++) {
         if (fixed_stat(fixed, 2 + i, &st))
             return 0;

@@ -2,7 +2,7 @@
 refusal reasons rest on. The texts themselves come from build/warm_snapshot.c (tests/warm)."""
 from skb.plugin.warm import snapshot
 
-KEY = (b"skb-warm 2\nbundle /b\nns net 4:1\nroot 8:2\nUid:\t0\t0\t0\t0\nCapEff:\t01\n/proc/self/cgroup\n"
+KEY = (b"skb-warm 3\nbundle /b\nns net 4:1\nroot 8:2\nUid:\t0\t0\t0\t0\nCapEff:\t01\n/proc/self/cgroup\n"
        b"0::/system.slice/containerd.service\nsid 5\nLANG unset\nadopt\n")
 ADOPTED = b"pgid 5\nnice 0\nUmask:\t0022\nSigIgn:\t0000000000000000\nrlimits 1:2\nfd 0 9:9 2\nfd 1 9:8 1\n"
 

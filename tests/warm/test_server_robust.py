@@ -6,6 +6,7 @@ answer equal to the exec'd one, the server's pid unchanged, no code 999."""
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import struct
@@ -721,3 +722,95 @@ def test_a_client_that_ended_before_its_request_is_refused_and_the_server_stays(
         s.close()
         for fd in fds + [proof]:
             os.close(fd)
+
+
+def _release(fifo):
+    """Let every process blocked opening ``fifo`` for reading go on (it reads an empty file)."""
+    while True:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: no reader is waiting any more
+            return
+
+
+def _killed_at_once(exe, env, wbin=None):
+    """Start a call as a runtime does (stdout a pipe), SIGKILL it (a runtime's timeout) once it is under
+    way (warm: a child has taken it), and return whether the caller's stdout reached EOF within 10 s."""
+    p = subprocess.Popen([exe], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        if wbin:
+            wait_for(lambda: the_server(wbin)["children"] >= 1 or p.poll() is not None, "the call to be taken")
+        p.kill()
+        p.wait()
+        return _read_to_eof(p.stdout, 10) is not None
+    finally:
+        p.stdout.close()
+
+
+def _read_to_eof(f, limit):
+    """What ``f`` (a pipe) gives until EOF, or None when EOF has not come within ``limit`` seconds."""
+    got, deadline = b"", time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if select.select([f], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            data = os.read(f.fileno(), 1 << 16)
+            if not data:
+                return got
+            got += data
+    return None
+
+
+def test_a_call_that_blocks_in_its_adoption_dies_with_its_launcher_and_holds_up_no_other(wbin, tmp_path):
+    """TZ names a FIFO: tzset() blocks opening it, exec'd (the interpreter's start) and warm (the child's
+    adoption, before B). A runtime's timeout SIGKILLs the launcher. Exec'd, the plugin dies with it and the
+    caller's stdout reaches EOF; warm, the child held that pipe on, blocked, for as long as the FIFO had no
+    writer: the server now kills a child whose launcher hung up before it said BEGAN. The next spares
+    rehearse that call's values: they blocked in the same tzset() after saying they were ready, and every
+    later call waited 2 s for an accept and then the caller's stdout never closed. A rehearsal now leaves
+    the zone alone: later calls are served."""
+    fifo = str(tmp_path / "zone")
+    os.mkfifo(fifo)
+    exe = os.path.join(wbin, "loopback")
+    try:
+        wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
+        assert _killed_at_once(exe, cni_env("VERSION", TZ=fifo), wbin), "warm: the caller's stdout stayed open"
+        assert _killed_at_once(exe, cni_env("VERSION", TZ=fifo, **COLD)), "exec'd: the caller's stdout stayed open"
+        settled(wbin)
+        for _ in range(4):  # (the pool's spares, and the next, rehearse the blocked call)
+            wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares",
+                     limit=10)
+            before = served(wbin)
+            r = run_plugin(exe, cni_env("VERSION"), timeout=10)
+            assert (r.rc, r.stdout) == (0, _version(wbin, **COLD).stdout)
+            assert served(wbin) == before + 1
+    finally:
+        _release(fifo)
+
+
+def test_a_request_nobody_accepts_holds_none_of_the_callers_fds(wbin):
+    """The server and its spares are stopped (SIGSTOP; a frozen cgroup or a debugger would do the same):
+    nobody accepts the call, and the launcher goes by exec after its 2 s. Its request stays queued on the
+    socket until somebody reads it. It carried the caller's fds, the runtime's stdout pipe among them, so
+    EOF never came while the server stayed stopped, although the exec'd plugin had answered and ended.
+    The request now carries only the proof (the caller's fds come with GO, once a child has the call)."""
+    wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
+    srv = the_server(wbin)
+    pids = [srv["pid"]] + [s["pid"] for s in srv["spares"]]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        p = subprocess.Popen([os.path.join(wbin, "loopback")], env=cni_env("VERSION"), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            out = _read_to_eof(p.stdout, 15)
+        finally:
+            p.stdout.close()
+        assert p.wait(timeout=15) == 0
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert out is not None, "the caller's stdout stayed open"
+    assert out.decode() == _version(wbin, **COLD).stdout
+    before = served(wbin)
+    assert _version(wbin).rc == 0
+    assert served(wbin) == before + 1
+    assert the_server(wbin)["pid"] == srv["pid"]

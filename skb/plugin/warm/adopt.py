@@ -89,9 +89,11 @@ def signals(ignored):
             pass
 
 
-def environment(entries):
+def environment(entries, zone=True):
     """os.environ and the C environ exactly as passed (minus the bootloader's three variables, which an
-    exec'd bundle removes too)."""
+    exec'd bundle removes too); then, with ``zone``, the time zone read as an exec'd plugin reads it. A
+    spare's rehearsal leaves the zone alone: tzset() opens the file TZ names, which may block (a FIFO, a
+    hung mount), and a spare must never block before its call (it has said it is ready)."""
     for k in list(os.environ):
         os.unsetenv(k)
     data = os.environ._data  # bytes -> bytes, exactly what os.environ holds at start-up on POSIX
@@ -101,6 +103,8 @@ def environment(entries):
         if k not in BOOTLOADER_VARS:
             os.putenv(k, v)
             data[k] = v
+    if not zone:
+        return
     if b"TZ" in data:
         # glibc's tzset() does nothing when TZ (less one leading ':') is what it read last (this process's,
         # or the rehearsed last call's): the zone is read again, as an exec'd plugin's first tzset() does
@@ -312,7 +316,7 @@ class Child:
                 if self.nice is None:  # a lower priority it could not leave again
                     names.discard(b"nice")
                 Adopter(want, have).run(names)
-                environment(wire.parse(self.rehearsal).env)
+                environment(wire.parse(self.rehearsal).env, zone=False)
             except (Refused, ValueError, OSError):
                 pass
         fresh_stdio()
@@ -328,16 +332,18 @@ class Child:
             return None
         if trunc or len(data) < HANDOFF.size or not fds:
             raise ValueError(f"hand-off of {len(data)} bytes, {len(fds)} fds{', truncated' if trunc else ''}")
+        if len(fds) != 1:
+            raise ValueError(f"hand-off with {len(fds)} fds")
         req = wire.parse(data[HANDOFF.size:])
         req.peer_pid = HANDOFF.unpack_from(data)[0]
-        req.fds = fds[:-1]
-        if len(req.fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
-            raise ValueError(f"hand-off with {len(req.fds)} fds for {len(req.fd_numbers)} inherited ones")
-        return req, fds[-1]
+        return req, fds[0]
 
     # ------------------------------------------------------------------ the call
     def take(self, req, conn_fd):
-        """Adopt, prove, wait for GO, begin (never returns once begun: the call ends in os._exit)."""
+        """Wait for GO and the caller's fds, adopt, prove, begin (never returns once begun: the call ends in
+        os._exit)."""
+        if not _go(req, conn_fd):
+            return
         if self.failpoint == "stop-before-begin":  # (tests: the launcher has its ACCEPTED, not our BEGAN)
             os.kill(os.getpid(), signal.SIGSTOP)
         fixed = req.fixed
@@ -357,13 +363,7 @@ class Child:
         except (OSError, ValueError) as e:
             return self.refuse(conn, f"adopt-{type(e).__name__}")
         close_all_but(list(req.fd_numbers) + [conn.fileno(), self.chan.fileno()])
-        p = select.poll()
-        p.register(conn, select.POLLIN)
-        if not p.poll(GO_WAIT_MS):
-            return
         try:
-            if conn.recv(8, socket.MSG_DONTWAIT) != wire.GO:
-                return
             conn.send(wire.BEGAN + struct.pack("<I", os.getpid()), socket.MSG_DONTWAIT)
         except OSError:
             return
@@ -376,6 +376,7 @@ class Child:
         fcntl.fcntl(c, fcntl.F_SETSIG, signal.SIGKILL)
         fcntl.fcntl(c, fcntl.F_SETOWN, os.getpid())
         fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) | os.O_ASYNC)
+        p = select.poll()
         p.register(c, select.POLLIN | select.POLLHUP | select.POLLRDHUP)
         if p.poll(0):
             os._exit(1)  # the launcher went away between GO and here
@@ -427,12 +428,36 @@ class Child:
 
     def refuse(self, conn, reason, key=False):
         why = reason.encode("ascii", "replace")
-        for sock, msg in ((conn, wire.REFUSED + why), (self.chan, CHAN_REFUSED + (b"K" if key else b"A") + why)):
+        # (the server first: once the launcher has R it hangs up, and the server kills a child that has
+        # said nothing when its launcher has gone: Children.follow_launchers)
+        for sock, msg in ((self.chan, CHAN_REFUSED + (b"K" if key else b"A") + why), (conn, wire.REFUSED + why)):
             try:
                 sock.send(msg, socket.MSG_DONTWAIT)
             except OSError:
                 pass
         os._exit(CHILD_REFUSED)
+
+
+def _go(req, conn_fd):
+    """GO, with the caller's fds (req.fds), within GO_WAIT_MS of ACCEPTED; False (the call is not ours:
+    the child ends) when it does not come, or comes without exactly the fds the request named."""
+    p = select.poll()
+    p.register(conn_fd, select.POLLIN)
+    if not p.poll(GO_WAIT_MS):
+        return False
+    conn = socket.socket(fileno=conn_fd)
+    try:
+        data, fds, truncated = wire.recv_with_fds(conn, 8, wire.MAX_FDS, socket.MSG_DONTWAIT)
+    except OSError:
+        return False
+    finally:
+        conn.detach()
+    if data != wire.GO or truncated or len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
+        for fd in fds:
+            os.close(fd)
+        return False
+    req.fds = fds
+    return True
 
 
 def _unhandled(pid):

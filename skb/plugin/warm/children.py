@@ -15,6 +15,7 @@ discarded, and no SIGHUP and SIGCONT reach the caller's group when the child end
 """
 import _signal
 import os
+import select
 import signal
 import socket
 import struct
@@ -367,9 +368,31 @@ class Children:
         call.chan.close()
         return call, began, refusal, status, ru
 
-    def stop_with_launchers(self):
+    def follow_launchers(self):
         """Stop a child whose launcher is stopped (SIGSTOP to the launcher alone reaches nobody else: the
-        kernel tells no process but the launcher's parent), continue it when the launcher runs again."""
+        kernel tells no process but the launcher's parent), continue it when the launcher runs again. Kill
+        a child whose launcher has hung up before the child said anything (began or refused): killed, or
+        given up, the launcher is gone, and the child, which holds the caller's fds (its stdout's pipe), may
+        be blocked in its adoption (a zone file that is a FIFO, a hung mount). From BEGAN on, the kernel
+        kills it on hang-up itself (adopt.py)."""
+        hung = select.poll()
+        for call in self.calls.values():
+            hung.register(call.conn, select.POLLRDHUP | select.POLLHUP)
+        for fd, _ in hung.poll(0):
+            call = next((c for c in self.calls.values() if c.conn.fileno() == fd), None)
+            if call is None or call.child is None:
+                continue
+            try:
+                if call.chan.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    continue  # it has said BEGAN or REFUSED (sent before its R)
+            except BlockingIOError:
+                pass
+            except OSError:
+                continue
+            try:
+                signal.pidfd_send_signal(call.child, signal.SIGKILL)
+            except OSError:
+                pass
         for call in self.calls.values():
             try:
                 with open(f"/proc/{call.launcher}/stat", "rb") as f:

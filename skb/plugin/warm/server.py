@@ -271,7 +271,7 @@ class Server:
                     self.drop_pending(fd)
                     self.refuse(p.sock, "no-request")
             if self.children.calls:
-                self.children.stop_with_launchers()
+                self.children.follow_launchers()
             if now >= next_tick:
                 next_tick = now + TICK
                 try:

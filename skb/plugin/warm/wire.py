@@ -1,10 +1,11 @@
 """The warm-start wire protocol, as build/warm_client.c speaks it (docs/WARM.md, "Handshake").
 
 One SOCK_SEQPACKET connection per call, one message per packet. A call request is the kind byte
-followed by records (tag byte, u32 little-endian length, bytes) and carries fds (SCM_RIGHTS): first
-FIXED_FDS (cwd, root, the namespaces), then the caller's inherited fds, whose numbers are in the FDS record,
-then the proof (the server's file at PROOF_FD, opened by the launcher through /proc/<pid>/fd;
-admission.py takes it off).
+followed by records (tag byte, u32 little-endian length, bytes) and carries one fd (SCM_RIGHTS): the proof
+(the server's file at PROOF_FD, opened by the launcher through /proc/<pid>/fd; admission.py checks it).
+The caller's own fds come with GO, once a child has the call (ACCEPTED): first FIXED_FDS (cwd, root, the
+namespaces), then the caller's inherited fds, whose numbers are in the FDS record. A request that nobody
+accepts, left queued on the socket after its launcher gave up, so holds nothing of the caller's.
 """
 import socket
 import struct
@@ -14,7 +15,7 @@ CALL = b"W"           # a plugin call: records + fds
 STATUS = b"S"         # status request (JSON answer)
 STOP = b"Q"           # stop request (answer b"ok")
 # launcher -> child
-GO = b"G"             # the launcher is committed: the child may begin
+GO = b"G"             # + the caller's fds: the launcher is committed, the child may begin
 # server -> launcher
 ACCEPTED = b"A"       # a child has the call (it may still refuse it, until it begins)
 REFUSED = b"R"        # + reason: go by exec (never after BEGAN)
@@ -43,7 +44,7 @@ class Request:
     def __init__(self, snapshot, applet, args, env, fd_numbers, raw):
         self.snapshot, self.applet, self.args, self.env = snapshot, applet, args, env
         self.fd_numbers, self.raw = fd_numbers, raw
-        self.fds = ()         # received fds: FIXED_FDS, then one per fd_numbers
+        self.fds = ()         # the fds GO brought: FIXED_FDS, then one per fd_numbers
         self.peer_pid = 0     # the launcher's pid, from SO_PEERCRED
 
     @property
