@@ -37,7 +37,9 @@
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
 #define MAX_SERVERS 16      /* no new server while this many sockets are in the dir */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
-#define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/server.py PROOF_FD) */
+#define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/admission.py PROOF_FD) */
+#define PROOF_LEN 32        /* bytes of the secret in it (admission.py PROOF_LEN) */
+#define REC_PROOF 'K'
 #define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -190,7 +192,7 @@ struct call {
     int fixed[NFIXED];          /* cwd, root, the namespaces (close-on-exec: never reach the plugin) */
     int inherited[MAX_FDS];     /* the caller's fds an exec would keep, ascending */
     int ninherited;
-    int dir, run, sock, proof;
+    int dir, run, sock;
     char key[17];
 };
 
@@ -296,13 +298,14 @@ static int request(struct msg *m, const struct msg *snap, const char *applet, in
     return !m->oom;
 }
 
-/* The file the server holds at fd PROOF_FD, opened through /proc/<pid>/fd, which only a process allowed to
- * read the server's process (PTRACE_MODE_READ) may do; -1 if we may not. Landlock lets a process in a
- * domain read only processes in that domain or one nested in it: the server checks the same of us, and
- * the two answers together say that the server's children are in our Landlock domain, the one an exec'd
- * plugin keeps (row 31). The fd goes with the request, last, as the proof: the server checks it is its
- * own file and closes it. */
-static int proof_of_reading(pid_t pid)
+/* The secret in the file the server holds at fd PROOF_FD, read through /proc/<pid>/fd, which only a
+ * process allowed to read the server's process (PTRACE_MODE_READ) may open; 0 if we may not. Landlock lets
+ * a process in a domain read only processes in that domain or one nested in it: the server checks the
+ * same of us, and the two answers together say that the server's children are in our Landlock domain, the
+ * one an exec'd plugin keeps (row 31). The secret goes with the request as the proof: bytes, not an fd,
+ * so that a request carries no fd at all (a server can then refuse every fd a client would pass it:
+ * SO_PASSRIGHTS). O_NONBLOCK: a FIFO there cannot block us; only a regular file of the secret's size. */
+static int proof_of_reading(pid_t pid, unsigned char *secret)
 {
     char path[48] = "/proc/", num[12];
     int j = sizeof(num) - 1;
@@ -311,8 +314,15 @@ static int proof_of_reading(pid_t pid)
         num[--j] = (char)('0' + pid % 10);
     while ((pid /= 10) && j > 0);
     if (!cat(path, sizeof(path), num + j, "/fd/" PROOF_FD, NULL))
-        return -1;
-    return open(path, O_PATH | O_CLOEXEC); /* (O_PATH: the /proc link is still checked; the file is never opened) */
+        return 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), ok = 0;
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size == PROOF_LEN)
+        ok = pread(fd, secret, PROOF_LEN, 0) == PROOF_LEN;
+    close(fd);
+    return ok;
 }
 
 /* One message with fds (SCM_RIGHTS), never blocking, never raising SIGPIPE. */
@@ -331,10 +341,10 @@ static int send_fds(int sock, const void *p, size_t n, const int *fds, size_t nf
 
 /* Connect to the context's server through the checked socket dir (a rename of the dir cannot redirect
  * us), check it is root and that we may read it (proof_of_reading), and send the request with the proof,
- * its only fd: the caller's own fds go with GO (handshake), once a child has the call, so that a request
+ * and no fd: the caller's own fds go with GO (handshake), once a child has the call, so that a request
  * nobody accepts, left queued on the socket after we gave up, holds none of them (a pipe's write end
  * held there would keep the runtime from ever reading EOF). No server: maybe start one, and exec. */
-static int connect_server(struct call *c, const struct msg *req, const char *bindir, const char *loader,
+static int connect_server(struct call *c, struct msg *req, const char *bindir, const char *loader,
                           const char *libpath, const char *program)
 {
     if ((c->run = safe_dir(AT_FDCWD, RUN_DIR, 0755, 022)) < 0 || (c->dir = safe_dir(c->run, WARM_DIR, 0700, 077)) < 0)
@@ -359,10 +369,12 @@ static int connect_server(struct call *c, const struct msg *req, const char *bin
     }
     struct ucred cred;
     socklen_t cl = sizeof(cred);
+    unsigned char secret[PROOF_LEN];
     if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
-        (c->proof = proof_of_reading(cred.pid)) < 0)
+        !proof_of_reading(cred.pid, secret))
         return 0;
-    return send_fds(c->sock, req->p, req->n, &c->proof, 1);
+    rec(req, REC_PROOF, secret, PROOF_LEN); /* (last: request() left room for it) */
+    return !req->oom && send(c->sock, req->p, req->n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)req->n;
 }
 
 /* ACCEPTED within the timeout, answered with GO and the caller's fds (cwd, root, the namespaces, then the
@@ -488,7 +500,7 @@ static void follow(int sock)
 void warm(const char *bindir, const char *bundle, const char *applet, int argc, char **argv, const char *loader,
           const char *libpath, const char *program)
 {
-    struct call c = {.ninherited = 0, .dir = -1, .run = -1, .sock = -1, .proof = -1};
+    struct call c = {.ninherited = 0, .dir = -1, .run = -1, .sock = -1};
     struct msg snap = {0}, req = {0};
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < NFIXED; i++)
@@ -512,8 +524,6 @@ out:
             close(c.fixed[i]);
     if (c.sock >= 0)
         close(c.sock);
-    if (c.proof >= 0)
-        close(c.proof);
     if (c.dir >= 0)
         close(c.dir);
     if (c.run >= 0)

@@ -217,14 +217,10 @@ def test_a_caller_above_a_servers_priority_it_cannot_give_gets_a_server_of_its_o
 def test_hostile_requests_are_refused_and_the_server_stays(wbin):
     srv = the_server(wbin)
     garbage = refused(wbin, "message")
-    for payload, fds in ((b"W\xff\xff\xff\xff\xff", []), (b"Wgarbage", []), (b"Z", []),
-                         (b"W" + bytes([0x43]) + struct.pack("<I", 3) + b"abc", [0, 1, 2])):
+    for payload in (b"W\xff\xff\xff\xff\xff", b"Wgarbage", b"Z", b"W" + bytes([0x43]) + struct.pack("<I", 3) + b"abc"):
         s = _connect(srv)
         s.settimeout(10)
-        if fds:
-            s.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
-        else:
-            s.send(payload)
+        s.send(payload)
         assert s.recv(100) == b"Rmessage"
         s.close()
     # a request larger than the server reads: refused, nothing read past it
@@ -594,8 +590,8 @@ def test_a_caller_with_a_small_stack_goes_by_exec(wbin, kib):
 
 
 def _capture_request(wbin):
-    """A genuine request, as this test's launcher sends it (its snapshot and its fds; its proof is an fd of
-    a file of ours), caught by a socket of ours put where the context's server listens; the launcher is
+    """A genuine request, as this test's launcher sends it (its snapshot; its proof is the secret of a file
+    of ours; no fd), caught by a socket of ours put where the context's server listens; the launcher is
     refused, and goes by exec."""
     key = the_server(wbin)["key"]
     stop_servers(wbin)
@@ -604,7 +600,8 @@ def _capture_request(wbin):
     fake.bind(path)
     fake.listen(1)
     fake.settimeout(30)
-    proof = os.memfd_create("fake-proof")  # (the launcher opens the server's fd 255 through /proc: ours here)
+    proof = os.memfd_create("fake-proof")  # (the launcher reads the server's fd 255 through /proc: ours here)
+    os.write(proof, os.urandom(32))
     os.dup2(proof, 255, inheritable=False)
     os.close(proof)
     try:
@@ -621,13 +618,27 @@ def _capture_request(wbin):
         os.unlink(path)
     os.unlink(os.path.join(WARM_DIR, key + ".spawn"))
     ensure_server(wbin)
-    return data, fds
+    assert fds == [] and data[-37:-32] == b"K" + struct.pack("<I", 32), (fds, data[-37:])
+    return data
 
 
-def _send_as(path, data, fds, drop_caps=False, confine=False, proof=None):
-    """The answer to ``data`` with ``fds``, sent from a fork of the test that first gave up every capability
+def _with_proof(data, secret):
+    """A captured request with another proof (its last record)."""
+    return data[:-32] + secret
+
+
+def _secret(path):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.pread(fd, 32, 0).ljust(32, b"\0")
+    finally:
+        os.close(fd)
+
+
+def _send_as(path, data, drop_caps=False, confine=False, proof=None):
+    """The answer to ``data``, sent from a fork of the test that first gave up every capability
     (``drop_caps``; uid 0 stays, so the root-only socket dir and socket still let it in) or entered a
-    Landlock domain (``confine``), and then put an fd of ``proof`` (a path it opens) in the last fd's place."""
+    Landlock domain (``confine``), and then put what it reads of ``proof`` (a path) in the proof's place."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -636,7 +647,7 @@ def _send_as(path, data, fds, drop_caps=False, confine=False, proof=None):
             if confine:
                 exec(LANDLOCK, {})
             if proof:
-                fds = fds[:-1] + [os.open(proof, os.O_RDONLY)]
+                data = _with_proof(data, _secret(proof))
             if drop_caps:
                 import ctypes
                 hdr, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # all sets empty
@@ -645,7 +656,7 @@ def _send_as(path, data, fds, drop_caps=False, confine=False, proof=None):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             s.settimeout(10)
             s.connect(path)
-            socket.send_fds(s, [data], fds)
+            s.send(data)
             answer = s.recv(100)
         except BaseException as e:
             answer = f"?{e}".encode()
@@ -659,22 +670,18 @@ def _send_as(path, data, fds, drop_caps=False, confine=False, proof=None):
 
 
 def test_a_snapshot_that_is_not_the_callers_own_is_refused(wbin):
-    """A root process that gave up its capabilities sends the request (snapshot and fds) of a launcher
+    """A root process that gave up its capabilities sends the request (snapshot and proof) of a launcher
     that had them all: served, its call would run with every capability. The kernel's word on the
     connecting process (its status lines) is not the snapshot's: refused as `peer`. The same request from
     a process with the launcher's privilege is accepted (the pid differs; nothing else does). (The process opens
     the proof before it gives up its capabilities: without CAP_SYS_PTRACE it could not have, row 31.)"""
-    data, fds = _capture_request(wbin)
+    data = _capture_request(wbin)
     srv = the_server(wbin)
     path, proof = os.path.join(WARM_DIR, srv["key"] + ".sock"), f"/proc/{srv['pid']}/fd/255"
-    try:
-        before = refused(wbin, "peer")
-        assert _send_as(path, data, fds, drop_caps=True, proof=proof).startswith(b"Rpeer")
-        assert refused(wbin, "peer") == before + 1
-        assert _send_as(path, data, fds, proof=proof) == b"A"  # (no G follows: its child ends unused)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    before = refused(wbin, "peer")
+    assert _send_as(path, data, drop_caps=True, proof=proof).startswith(b"Rpeer")
+    assert refused(wbin, "peer") == before + 1
+    assert _send_as(path, data, proof=proof) == b"A"  # (no G follows: its child ends unused)
 
 
 def test_a_confined_client_cannot_skip_the_launchers_proof(wbin):
@@ -684,27 +691,22 @@ def test_a_confined_client_cannot_skip_the_launchers_proof(wbin):
     (`proof`). An unconfined process
     that opens the file itself is accepted."""
     _landlock_or_skip()
-    data, fds = _capture_request(wbin)
+    data = _capture_request(wbin)
     srv = the_server(wbin)
     path = os.path.join(WARM_DIR, srv["key"] + ".sock")
-    try:
-        proof = f"/proc/{srv['pid']}/fd/255"
-        assert _send_as(path, data, fds, confine=True, proof=proof).startswith(b"?[Errno 13]")
-        assert _send_as(path, data, fds, confine=True, proof="/proc/self/environ") == b"Rproof"
-        assert _send_as(path, data, fds, proof=proof) == b"A"
-        assert the_server(wbin)["pid"] == srv["pid"]
-    finally:
-        for fd in fds:
-            os.close(fd)
+    proof = f"/proc/{srv['pid']}/fd/255"
+    assert _send_as(path, data, confine=True, proof=proof).startswith(b"?[Errno 13]")
+    assert _send_as(path, data, confine=True, proof="/proc/self/environ") == b"Rproof"
+    assert _send_as(path, data, proof=proof) == b"A"
+    assert the_server(wbin)["pid"] == srv["pid"]
 
 
 def test_a_client_that_ended_before_its_request_is_refused_and_the_server_stays(wbin):
     """The process that connected has ended (its socket lives on in another, which sends the request): what
     /proc and kcmp say of its pid may be another process's, so the call is refused as `peer: gone`, and the
     server stays (it was refused as `landlock`, which ends the server: any client could have ended it)."""
-    data, fds = _capture_request(wbin)
+    data = _with_proof(_capture_request(wbin), _secret(f"/proc/{the_server(wbin)['pid']}/fd/255"))
     srv = the_server(wbin)
-    proof = os.open(f"/proc/{srv['pid']}/fd/255", os.O_PATH | os.O_CLOEXEC)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.settimeout(10)
     try:
@@ -715,13 +717,11 @@ def test_a_client_that_ended_before_its_request_is_refused_and_the_server_stays(
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
-        socket.send_fds(s, [data], fds[:-1] + [proof])
+        s.send(data)
         assert s.recv(100) == b"Rpeer: gone"
         assert refused(wbin, "landlock") == 0 and the_server(wbin)["pid"] == srv["pid"]
     finally:
         s.close()
-        for fd in fds + [proof]:
-            os.close(fd)
 
 
 def _release(fifo):
@@ -810,6 +810,44 @@ def test_a_request_nobody_accepts_holds_none_of_the_callers_fds(wbin):
             os.kill(pid, signal.SIGCONT)
     assert out is not None, "the caller's stdout stayed open"
     assert out.decode() == _version(wbin, **COLD).stdout
+    before = served(wbin)
+    assert _version(wbin).rc == 0
+    assert served(wbin) == before + 1
+    assert the_server(wbin)["pid"] == srv["pid"]
+
+
+def _kernel_refuses_fds():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, 83, 0)  # SO_PASSRIGHTS (Linux 6.16)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def test_no_client_can_pass_the_server_an_fd(wbin):
+    """The fds a client passes with its request are the receiver's to drop, and dropping the last reference
+    can block (a TCP socket with SO_LINGER waits out its linger time, a file on a hung FUSE mount its
+    flush): the kernel does it in the receiving process, even for fds a message had no room for. A root
+    client with no capability at all passed three lingering sockets, and the spares and the server that
+    read them stopped accepting for the linger time: calls waited 2 s each and went by exec. A request
+    now carries no fd (its proof is a secret, read where only a process that may read the server can), and
+    where the kernel has SO_PASSRIGHTS the server's socket refuses every fd: sending one fails in the
+    sender, whoever would have accepted it (a spare or the server). Legitimate calls are still served."""
+    if not _kernel_refuses_fds():
+        pytest.skip("this kernel has no SO_PASSRIGHTS (Linux 6.16): a client's fds reach the server "
+                    "(docs/WARM.md, Who may ask)")
+    wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
+    srv = the_server(wbin)
+    for _ in range(5):  # (spares and, once none waits, the server)
+        s = _connect(srv)
+        try:
+            with pytest.raises(PermissionError):
+                socket.send_fds(s, [b"W"], [0])
+        finally:
+            s.close()
     before = served(wbin)
     assert _version(wbin).rc == 0
     assert served(wbin) == before + 1

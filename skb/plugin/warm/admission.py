@@ -7,6 +7,7 @@ import os
 import select
 import socket
 import struct
+from _operator import _compare_digest  # (hmac.compare_digest, without hashlib)
 
 from skb.plugin.warm import syscalls, wire
 
@@ -45,22 +46,39 @@ def label_line(snapshot):
 ATTESTED = (b"Uid:", b"Gid:", b"Groups:", b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:", b"NoNewPrivs:",
             b"Seccomp:", b"Seccomp_filters:")
 PROOF_FD = 255      # where the server holds its proof file (build/warm_client.c PROOF_FD)
+PROOF_LEN = 32      # bytes of the secret in it (build/warm_client.c PROOF_LEN)
+SO_PASSRIGHTS = 83  # Linux 6.16: whether a socket may be sent fds (SCM_RIGHTS) at all
 SO_PEERPIDFD = 77   # Linux 6.5: a pidfd of the process that connected (its pid cannot be another's meanwhile)
 
 
 def make_proof():
-    """The server's proof file, a memfd of its own at PROOF_FD: its identity, or None when the fd is taken.
-    A launcher opens it through /proc/<server pid>/fd, which needs leave to read the server's process."""
+    """The server's proof file, a memfd of its own at PROOF_FD holding a random secret: the secret, or None
+    when the fd is taken. A launcher reads it through /proc/<server pid>/fd, which needs leave to read the
+    server's process (row 31), and sends it with its request."""
     try:
         os.fstat(PROOF_FD)
         return None
     except OSError:
         pass
+    secret = os.urandom(PROOF_LEN)
     fd = os.memfd_create("skb-warm-proof", os.MFD_CLOEXEC)
+    os.write(fd, secret)
     os.dup2(fd, PROOF_FD, inheritable=False)
     os.close(fd)
-    st = os.fstat(PROOF_FD)
-    return st.st_dev, st.st_ino
+    return secret
+
+
+def pass_rights(sock, allowed):
+    """Let ``sock`` be sent fds, or not (where the kernel has SO_PASSRIGHTS: then sending one fails in the
+    sender). The listening socket refuses them, and so every connection it makes: a request carries none,
+    and an fd a client passed could block the process that drops its last reference (a TCP socket that
+    lingers, a file on a hung FUSE mount: the kernel closes it in the receiver). A connection whose call a
+    child has taken lets them in again, for GO (the caller's fds, to that child)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_PASSRIGHTS, int(allowed))
+    except OSError as e:
+        if e.errno not in (errno.ENOPROTOOPT, errno.EINVAL):
+            raise
 
 
 def attest(sock, pid, snapshot):
@@ -118,18 +136,11 @@ def admit(server, sock, peer, data, fds, truncated, in_spare=False):
         req = wire.parse(data)
     except ValueError:
         return "message", None
-    if len(fds) != 1:  # the proof alone (the caller's fds come with GO: wire.py)
+    # One Landlock domain (row 31): the sender could read us (the proof: the secret of our file at PROOF_FD,
+    # which only a process that may read us can open through /proc/<pid>/fd), and we can read it
+    if fds:  # (a request carries no fd: the caller's come with GO, wire.py)
         return "message", None
-    # One Landlock domain (row 31): the sender could read us (the proof: our file at PROOF_FD, which only a
-    # process that may read us can open through /proc/<pid>/fd), and we can read it
-    proof = fds.pop()
-    try:
-        st = os.fstat(proof)
-        mine = (st.st_dev, st.st_ino) == server.proof_id
-    except OSError:
-        mine = False
-    os.close(proof)
-    if not mine:
+    if not _compare_digest(req.proof, server.proof_id):
         return "proof", None
     why = attest(sock, peer.pid, req.snapshot)
     if why:

@@ -269,7 +269,7 @@ class Children:
                 pass
 
     # ------------------------------------------------------------------ handing calls over
-    def hand(self, req_data, fds, conn, launcher, accepted):
+    def hand(self, req_data, conn, launcher, accepted):
         """Give a call the server accepted itself (no spare was ready to) to a child forked for it. Never
         to a pool spare: one that is ready may be accepting a call of its own at this very moment. The
         Call, or None when no child could be had (the call then goes by exec)."""
@@ -277,8 +277,7 @@ class Children:
         if one is None:
             return None
         try:
-            wire.send_with_fds(one.chan, adopt.HANDOFF.pack(launcher) + req_data, fds + [conn.fileno()],
-                               socket.MSG_DONTWAIT)
+            wire.send_with_fds(one.chan, adopt.HANDOFF.pack(launcher) + req_data, [conn.fileno()], socket.MSG_DONTWAIT)
         except OSError:
             self.kill(one)
             return None

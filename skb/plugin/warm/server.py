@@ -156,6 +156,7 @@ class Server:
         if self.proof_id is None:
             return f"fd {admission.PROOF_FD} is taken"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        admission.pass_rights(self.sock, False)  # (its connections too: no fd reaches a request's reader)
         tmp, path = f"{self.key}.sock.{os.getpid()}", f"{self.key}.sock"
         self.sock.bind(f"/proc/self/fd/{self.dir}/" + tmp)
         os.rename(tmp, path, src_dir_fd=self.dir, dst_dir_fd=self.dir)
@@ -368,8 +369,8 @@ class Server:
             self.close_fds(fds)
             self.refuse(conn, reason)
             return True
-        call = self.children.hand(data, fds, conn, peer.pid, accepted)
-        self.close_fds(fds)
+        admission.pass_rights(conn, True)  # (GO brings the caller's fds to the child)
+        call = self.children.hand(data, conn, peer.pid, accepted)
         if call is None:
             self.refuse(conn, "fork")
             return True

@@ -176,6 +176,7 @@ def accept(child, server, listen_fd):
     # Ours: the launcher learns it first (its GO travels while we take the call on), then the server (it
     # reports this call's end if we are killed, and forks the next spare).
     try:
+        admission.pass_rights(conn, True)  # (GO brings the caller's fds)
         conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)  # (first: the launcher's GO travels meanwhile)
         wire.send_with_fds(child.chan, adopt.CHAN_TAKEN + struct.pack("<Id", peer.pid, accepted) + data,
                            [conn.fileno()], socket.MSG_DONTWAIT)

@@ -1,9 +1,9 @@
 """The warm-start wire protocol, as build/warm_client.c speaks it (docs/WARM.md, "Handshake").
 
 One SOCK_SEQPACKET connection per call, one message per packet. A call request is the kind byte
-followed by records (tag byte, u32 little-endian length, bytes) and carries one fd (SCM_RIGHTS): the proof
-(the server's file at PROOF_FD, opened by the launcher through /proc/<pid>/fd; admission.py checks it).
-The caller's own fds come with GO, once a child has the call (ACCEPTED): first FIXED_FDS (cwd, root, the
+followed by records (tag byte, u32 little-endian length, bytes) and carries no fd; its last record is the
+proof (the secret in the server's file at PROOF_FD, read by the launcher through /proc/<pid>/fd;
+admission.py checks it). The caller's own fds come with GO (SCM_RIGHTS), once a child has the call (ACCEPTED): first FIXED_FDS (cwd, root, the
 namespaces), then the caller's inherited fds, whose numbers are in the FDS record. A request that nobody
 accepts, left queued on the socket after its launcher gave up, so holds nothing of the caller's.
 """
@@ -29,6 +29,7 @@ REC_APPLET = 0x50     # "P": the applet name (launcher's basename)
 REC_ARG = 0x41        # "A": one argument after argv[0], repeated
 REC_ENV = 0x45        # "E": one environment entry, repeated, in order
 REC_FDS = 0x44        # "D": u32 fd numbers of the inherited fds, in the order they are passed
+REC_PROOF = 0x4b      # "K": the secret of the server's proof file (admission.py)
 
 # the fds every CALL passes first, in this order
 NS = ("net", "mnt", "pid", "pid_for_children", "user", "uts", "ipc", "cgroup", "time", "time_for_children")
@@ -39,11 +40,11 @@ MAX_REQUEST = 1 << 20  # bytes
 
 class Request:
     """A parsed CALL, with what came with it."""
-    __slots__ = ("snapshot", "applet", "args", "env", "fd_numbers", "fds", "peer_pid", "raw")
+    __slots__ = ("snapshot", "applet", "args", "env", "fd_numbers", "proof", "fds", "peer_pid", "raw")
 
-    def __init__(self, snapshot, applet, args, env, fd_numbers, raw):
+    def __init__(self, snapshot, applet, args, env, fd_numbers, proof, raw):
         self.snapshot, self.applet, self.args, self.env = snapshot, applet, args, env
-        self.fd_numbers, self.raw = fd_numbers, raw
+        self.fd_numbers, self.proof, self.raw = fd_numbers, proof, raw
         self.fds = ()         # the fds GO brought: FIXED_FDS, then one per fd_numbers
         self.peer_pid = 0     # the launcher's pid, from SO_PEERCRED
 
@@ -61,7 +62,7 @@ def parse(data):
     """A Request of a CALL message; ValueError when malformed."""
     if data[:1] != CALL:
         raise ValueError("not a call")
-    recs = {REC_SNAPSHOT: [], REC_APPLET: [], REC_ARG: [], REC_ENV: [], REC_FDS: []}
+    recs = {REC_SNAPSHOT: [], REC_APPLET: [], REC_ARG: [], REC_ENV: [], REC_FDS: [], REC_PROOF: []}
     i, n = 1, len(data)
     while i < n:
         if i + 5 > n:
@@ -74,7 +75,7 @@ def parse(data):
             raise ValueError(f"unknown record {tag:#x}")
         recs[tag].append(data[i:i + size])
         i += size
-    for tag in (REC_SNAPSHOT, REC_APPLET, REC_FDS):
+    for tag in (REC_SNAPSHOT, REC_APPLET, REC_FDS, REC_PROOF):
         if len(recs[tag]) != 1:
             raise ValueError(f"record {chr(tag)} missing or repeated")
     fds = recs[REC_FDS][0]
@@ -84,7 +85,7 @@ def parse(data):
     if len(set(numbers)) != len(numbers) or len(numbers) + len(FIXED_FDS) > MAX_FDS:
         raise ValueError("bad fd list")
     return Request(recs[REC_SNAPSHOT][0], recs[REC_APPLET][0].decode("utf-8", "surrogateescape"),
-                   recs[REC_ARG], recs[REC_ENV], numbers, data)
+                   recs[REC_ARG], recs[REC_ENV], numbers, recs[REC_PROOF][0], data)
 
 
 def record(tag, data):
