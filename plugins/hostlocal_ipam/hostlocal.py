@@ -18,6 +18,11 @@ from skb_plugins.hostlocal_ipam import config as hcfg
 from skb_plugins.hostlocal_ipam.allocator import UNAVAILABLE, allocate, candidates
 from skb_plugins.hostlocal_ipam.store import Store
 
+# What a host-local call imports only on the paths that need it (an ADD that places a requested or held
+# address; resolvConf, and any plugin's skbDebugLog): a warm server imports these before its first call,
+# so that no warm call reads a module file (see ptp.py).
+LATE_IMPORTS = ("bisect", "skb.linux.files")
+
 
 def cmd_add(call):
     conf, args = call.conf, call.args

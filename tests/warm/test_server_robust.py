@@ -852,3 +852,72 @@ def test_no_client_can_pass_the_server_an_fd(wbin):
     assert _version(wbin).rc == 0
     assert served(wbin) == before + 1
     assert the_server(wbin)["pid"] == srv["pid"]
+
+
+def _send_lingering(conn, listener, seconds):
+    """Send on ``conn`` GO with the wrong fds (one: /dev/null), then at once another message with a TCP
+    socket (on lo, in the sandbox) whose last close() waits ``seconds`` (SO_LINGER set, and data
+    ``listener`` never accepts), from a fork of the test that then exits: an exiting process drops its
+    sockets without waiting, so the last reference is the message's. Returns which sends the kernel took."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        took = b""
+        try:
+            t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            t.connect(listener.getsockname())
+            t.setblocking(False)
+            try:
+                while True:
+                    t.send(b"x" * 4096)
+            except BlockingIOError:
+                pass
+            t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, seconds))
+            for kind, fd in ((b"G", os.open("/dev/null", os.O_RDONLY)), (b"Z", t.fileno())):
+                try:
+                    socket.send_fds(conn, [kind], [fd])
+                    took += b"1"
+                except OSError:
+                    took += b"0"
+        finally:
+            os.write(w, took)
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        return f.read()
+
+
+def test_fds_a_client_sends_after_its_call_was_accepted_never_reach_the_server(wbin):
+    """Once a call is accepted, its connection takes fds (GO brings the caller's). A client that sent GO
+    with the wrong fds and at once another message with an fd left that fd queued on the connection (the
+    child read GO alone and ended), and the server, the last to hold it, dropped it in close() as it
+    reaped the call: a lingering socket there stopped the server for its linger time. Now the child makes the connection refuse fds as soon as
+    GO has come, and refuses the call if anything came with or after it, leaving what it read to its exit
+    (which never lingers). The server answers at once (`skb warm status` gives up after 20 s; the socket
+    lingers 60) and still serves calls."""
+    if not _kernel_refuses_fds():
+        pytest.skip("this kernel has no SO_PASSRIGHTS (Linux 6.16): a client's fds reach the server "
+                    "(docs/WARM.md, Who may ask)")
+    data = _with_proof(_capture_request(wbin), _secret(f"/proc/{the_server(wbin)['pid']}/fd/255"))
+    srv = the_server(wbin)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    s = _connect(srv)
+    s.settimeout(10)
+    try:
+        s.send(data)
+        assert s.recv(100) == b"A"
+        assert _send_lingering(s, listener, 60) == b"11"  # (the child has not read GO yet: both queued)
+        assert s.recv(100) != b""  # the child's refusal, or its end (X)
+    finally:
+        s.close()
+    settled(wbin)  # (each status request answered: `skb warm status` would give up first)
+    before = served(wbin)
+    assert _version(wbin).rc == 0
+    assert served(wbin) == before + 1
+    assert the_server(wbin)["pid"] == srv["pid"]
+    listener.close()

@@ -588,8 +588,9 @@ def test_a_warm_call_reads_no_module_file(wbin, make_netns, tmp_path):
     """A module a plugin imports only on some paths (ptp's sysctls on ADD, its CHECK) is imported by the
     server before its first call (LATE_IMPORTS), not by each call's child, which would read and run it
     on the call's path (0.3-0.9 ms each). The bundle's module directories are watched (inotify) while a
-    ptp ADD, CHECK and DEL, a loopback ADD and a host-local ADD and DEL are served: nothing in them is
-    opened. (Each call is a fresh fork of the server: calls made before teach a child nothing.)"""
+    ptp ADD, CHECK and DEL, a loopback ADD and host-local ADDs and DELs (one with a requested address, a
+    resolvConf and a debug log) are served: nothing in them is opened. (Each call is a fresh fork of the
+    server: calls made before teach a child nothing.)"""
     internal = [os.path.join(wbin, n, "_internal") for n in os.listdir(wbin) if n.startswith(".skb-")]
     assert len(internal) == 1, internal
     dirs = [d for d, _, _ in os.walk(internal[0])]
@@ -598,6 +599,11 @@ def test_a_warm_call_reads_no_module_file(wbin, make_netns, tmp_path):
     env = cni_env("ADD", containerid="mods", netns=f"/run/netns/{ns}", path=wbin)
     hl = {"cniVersion": "1.0.0", "name": "warm-hl", "ipam": {"type": "host-local", "subnet": "10.91.5.0/24",
                                                             "dataDir": str(tmp_path / "hl")}}
+    (tmp_path / "resolv.conf").write_text("nameserver 10.91.5.53\n")
+    held = {"cniVersion": "1.0.0", "name": "warm-held", "skbDebugLog": str(tmp_path / "debug.jsonl"),
+            "args": {"cni": {"ips": ["10.91.6.10"]}},  # (a requested address, a resolvConf, a debug log)
+            "ipam": {"type": "host-local", "subnet": "10.91.6.0/24", "dataDir": str(tmp_path / "held"),
+                     "resolvConf": str(tmp_path / "resolv.conf")}}
     wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
     before = served(wbin)
     opened, close = _opened_under(dirs)
@@ -611,12 +617,13 @@ def test_a_warm_call_reads_no_module_file(wbin, make_netns, tmp_path):
                         LOOPBACK)
         assert lo.rc == 0, lo
         for command in ("ADD", "DEL"):
-            r = run_plugin(os.path.join(wbin, "host-local"), dict(env, CNI_COMMAND=command), hl)
-            assert r.rc == 0, r
+            for conf in (hl, held):
+                r = run_plugin(os.path.join(wbin, "host-local"), dict(env, CNI_COMMAND=command), conf)
+                assert r.rc == 0, r
         reads = opened()  # (before `skb warm status`, an exec'd Python that reads them all)
     finally:
         close()
-    assert served(wbin) == before + 6
+    assert served(wbin) == before + 8
     assert reads == [], "\n".join(reads)
 
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 from skb.linux import guard
-from skb.plugin.warm import pages, snapshot, syscalls, wire
+from skb.plugin.warm import admission, pages, snapshot, syscalls, wire
 
 CHILD_REFUSED = 250     # exit status of a child that ended before beginning its call
 GO_WAIT_MS = 2000       # the launcher answers ACCEPTED at once: GO within this, or the call is not ours
@@ -28,6 +28,7 @@ BOOTLOADER_VARS = (b"_PYI_ARCHIVE_FILE", b"_PYI_PARENT_PROCESS_LEVEL", b"_PYI_LI
 HANDOFF = struct.Struct("<I")  # the server's header of a hand-off: the launcher's pid (SO_PEERCRED)
 # child -> server, over the spare's channel
 CHAN_BEGAN = b"B"      # the call has begun
+CHAN_GOT = b"G"        # it has GO and the caller's fds, and the connection takes no fd any more
 CHAN_REFUSED = b"R"    # + "K" (a key-part difference: the server has drifted) or "A", + the reason
 CHAN_PAGES = b"P"      # + the packed page numbers the call wrote (learning spares)
 CHAN_READY = b"Y"      # the spare waits for calls (it prepares itself meanwhile)
@@ -344,6 +345,10 @@ class Child:
         os._exit)."""
         if not _go(req, conn_fd):
             return
+        try:
+            self.chan.send(CHAN_GOT, socket.MSG_DONTWAIT)
+        except OSError:
+            return
         if self.failpoint == "stop-before-begin":  # (tests: the launcher has its ACCEPTED, not our BEGAN)
             os.kill(os.getpid(), signal.SIGSTOP)
         fixed = req.fixed
@@ -440,21 +445,28 @@ class Child:
 
 def _go(req, conn_fd):
     """GO, with the caller's fds (req.fds), within GO_WAIT_MS of ACCEPTED; False (the call is not ours:
-    the child ends) when it does not come, or comes without exactly the fds the request named."""
+    the child ends) when it does not come, comes without exactly the fds the request named, or something
+    follows it. First the connection refuses fds again (they were let in for GO alone): what a client
+    queued meanwhile is read here, and left to this process's exit to drop, never to a close() that may
+    wait on it (a lingering TCP socket) or to the server, which holds the connection too."""
     p = select.poll()
     p.register(conn_fd, select.POLLIN)
-    if not p.poll(GO_WAIT_MS):
-        return False
+    came = p.poll(GO_WAIT_MS)
     conn = socket.socket(fileno=conn_fd)
     try:
+        admission.pass_rights(conn, False)
+        if not came:
+            return False
         data, fds, truncated = wire.recv_with_fds(conn, 8, wire.MAX_FDS, socket.MSG_DONTWAIT)
+        try:
+            more = wire.recv_with_fds(conn, 8, wire.MAX_FDS, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            more = None
     except OSError:
         return False
     finally:
         conn.detach()
-    if data != wire.GO or truncated or len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
-        for fd in fds:
-            os.close(fd)
+    if more is not None or data != wire.GO or truncated or len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
         return False
     req.fds = fds
     return True

@@ -52,7 +52,7 @@ class Spare:
 class Call:
     """A call handed to a child, until the child's holder is reaped."""
     __slots__ = ("pid", "child", "holder", "pidfd", "report", "conn", "chan", "launcher", "accepted", "handoff_ms",
-                 "stopped", "learns")
+                 "stopped", "learns", "got", "killed")
 
     def __init__(self, one, conn, launcher, accepted):
         self.pid, self.holder, self.pidfd, self.report = one.pid, one.holder, one.pidfd, one.report
@@ -61,6 +61,7 @@ class Call:
         self.conn, self.launcher, self.accepted = conn, launcher, accepted
         self.handoff_ms = (time.monotonic() - accepted) * 1000
         self.stopped = False    # the server stopped the child because its launcher was stopped
+        self.got = self.killed = False  # the child said it has GO; the server killed it (its launcher left)
 
 
 def _holder(child_main, report):
@@ -370,26 +371,35 @@ class Children:
     def follow_launchers(self):
         """Stop a child whose launcher is stopped (SIGSTOP to the launcher alone reaches nobody else: the
         kernel tells no process but the launcher's parent), continue it when the launcher runs again. Kill
-        a child whose launcher has hung up before the child said anything (began or refused): killed, or
-        given up, the launcher is gone, and the child, which holds the caller's fds (its stdout's pipe), may
-        be blocked in its adoption (a zone file that is a FIFO, a hung mount). From BEGAN on, the kernel
-        kills it on hang-up itself (adopt.py)."""
+        a child whose launcher has hung up after the child said it has GO and before it said more (began or
+        refused): killed, or given up, the launcher is gone, and the child, which holds the caller's fds
+        (its stdout's pipe), may be blocked in its adoption (a zone file that is a FIFO, a hung mount).
+        Before GO it ends by itself (adopt._go), and is left to: what a client queued on the connection
+        before GO it drops as it exits, where the server, were it the last holder, would drop it in
+        close(), which may wait (a lingering socket). From BEGAN on, the kernel kills it on hang-up itself."""
         hung = select.poll()
         for call in self.calls.values():
             hung.register(call.conn, select.POLLRDHUP | select.POLLHUP)
         for fd, _ in hung.poll(0):
             call = next((c for c in self.calls.values() if c.conn.fileno() == fd), None)
-            if call is None or call.child is None:
+            if call is None or call.child is None or call.killed:
                 continue
             try:
+                if not call.got:
+                    if call.chan.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != adopt.CHAN_GOT:
+                        continue  # (it refused, having no GO: it ends)
+                    call.chan.recv(16, socket.MSG_DONTWAIT)
+                    call.got = True
                 if call.chan.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
                     continue  # it has said BEGAN or REFUSED (sent before its R)
             except BlockingIOError:
-                pass
+                if not call.got:
+                    continue  # no GO yet: it ends by itself
             except OSError:
                 continue
             try:
                 signal.pidfd_send_signal(call.child, signal.SIGKILL)
+                call.killed = True
             except OSError:
                 pass
         for call in self.calls.values():

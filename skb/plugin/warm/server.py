@@ -40,8 +40,7 @@ class Pending:
     __slots__ = ("sock", "peer", "accepted", "deadline")
 
     def __init__(self, sock, peer, accepted):
-        self.sock, self.peer, self.accepted = sock, peer, accepted
-        self.deadline = accepted + REQUEST_WAIT
+        self.sock, self.peer, self.accepted, self.deadline = sock, peer, accepted, accepted + REQUEST_WAIT
 
 
 def check_dir(path, forbidden):
@@ -369,9 +368,10 @@ class Server:
             self.close_fds(fds)
             self.refuse(conn, reason)
             return True
-        admission.pass_rights(conn, True)  # (GO brings the caller's fds to the child)
+        admission.pass_rights(conn, True)  # (before the child reads: GO brings it the caller's fds, adopt._go)
         call = self.children.hand(data, conn, peer.pid, accepted)
         if call is None:
+            admission.pass_rights(conn, False)
             self.refuse(conn, "fork")
             return True
         self.children.rehearsal = data
@@ -403,7 +403,7 @@ class Server:
             if call.stopped:
                 self.stopped_launchers += 1
         else:  # it ended before beginning the call: the launcher goes by exec (whatever we send)
-            key, reason = refusal or (False, "adopt")
+            key, reason = refusal or (False, "launcher-gone" if call.killed else "adopt")
             self.count(reason)
             reason = reason.split(":")[0]
             # A difference in the key part: a caller of another context (a socket reached by another

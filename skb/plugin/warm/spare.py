@@ -176,14 +176,12 @@ def accept(child, server, listen_fd):
     # Ours: the launcher learns it first (its GO travels while we take the call on), then the server (it
     # reports this call's end if we are killed, and forks the next spare).
     try:
-        admission.pass_rights(conn, True)  # (GO brings the caller's fds)
+        admission.pass_rights(conn, True)  # (GO brings the caller's fds: adopt._go)
         conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)  # (first: the launcher's GO travels meanwhile)
         wire.send_with_fds(child.chan, adopt.CHAN_TAKEN + struct.pack("<Id", peer.pid, accepted) + data,
                            [conn.fileno()], socket.MSG_DONTWAIT)
-    except OSError:
-        _close(fds)
-        conn.close()
-        return None
+    except OSError:  # (not a spare any more: what the client may have queued since is dropped as we exit)
+        os._exit(adopt.CHILD_REFUSED)
     req.fds, req.peer_pid = fds, peer.pid
     return req, conn.detach()
 

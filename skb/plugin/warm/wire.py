@@ -3,15 +3,16 @@
 One SOCK_SEQPACKET connection per call, one message per packet. A call request is the kind byte
 followed by records (tag byte, u32 little-endian length, bytes) and carries no fd; its last record is the
 proof (the secret in the server's file at PROOF_FD, read by the launcher through /proc/<pid>/fd;
-admission.py checks it). The caller's own fds come with GO (SCM_RIGHTS), once a child has the call (ACCEPTED): first FIXED_FDS (cwd, root, the
-namespaces), then the caller's inherited fds, whose numbers are in the FDS record. A request that nobody
-accepts, left queued on the socket after its launcher gave up, so holds nothing of the caller's.
+admission.py checks it). The caller's own fds come with GO (SCM_RIGHTS), once a child has the call
+(ACCEPTED): first FIXED_FDS (cwd, root, the namespaces), then the caller's inherited fds, whose numbers are
+in the FDS record. A request that nobody accepts, left queued on the socket after its launcher gave up, so
+holds nothing of the caller's; and the server's socket takes no fd but GO's (admission.pass_rights).
 """
 import socket
 import struct
 
 # launcher -> server
-CALL = b"W"           # a plugin call: records + fds
+CALL = b"W"           # a plugin call: records, no fd
 STATUS = b"S"         # status request (JSON answer)
 STOP = b"Q"           # stop request (answer b"ok")
 # launcher -> child
