@@ -635,29 +635,15 @@ def _secret(path):
         os.close(fd)
 
 
-def _send_as(path, data, drop_caps=False, confine=False, proof=None):
-    """The answer to ``data``, sent from a fork of the test that first gave up every capability
-    (``drop_caps``; uid 0 stays, so the root-only socket dir and socket still let it in) or entered a
-    Landlock domain (``confine``), and then put what it reads of ``proof`` (a path) in the proof's place."""
+def _in_fork(work):
+    """What ``work()`` returns (bytes), run in a fork of the test that then ends (``?`` and the exception
+    if it raised)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         answer = b"?"
         try:
-            if confine:
-                exec(LANDLOCK, {})
-            if proof:
-                data = _with_proof(data, _secret(proof))
-            if drop_caps:
-                import ctypes
-                hdr, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # all sets empty
-                if ctypes.CDLL(None, use_errno=True).capset(hdr, caps) != 0:
-                    raise OSError(ctypes.get_errno(), "capset")
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            s.settimeout(10)
-            s.connect(path)
-            s.send(data)
-            answer = s.recv(100)
+            answer = work()
         except BaseException as e:
             answer = f"?{e}".encode()
         finally:
@@ -667,6 +653,29 @@ def _send_as(path, data, drop_caps=False, confine=False, proof=None):
     os.waitpid(pid, 0)
     with os.fdopen(r, "rb") as f:
         return f.read()
+
+
+def _send_as(path, data, drop_caps=False, confine=False, proof=None):
+    """The answer to ``data``, sent from a fork of the test that first gave up every capability
+    (``drop_caps``; uid 0 stays, so the root-only socket dir and socket still let it in) or entered a
+    Landlock domain (``confine``), and then put what it reads of ``proof`` (a path) in the proof's place."""
+    def work():
+        request = data
+        if confine:
+            exec(LANDLOCK, {})
+        if proof:
+            request = _with_proof(request, _secret(proof))
+        if drop_caps:
+            import ctypes
+            hdr, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # all sets empty
+            if ctypes.CDLL(None, use_errno=True).capset(hdr, caps) != 0:
+                raise OSError(ctypes.get_errno(), "capset")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.settimeout(10)
+        s.connect(path)
+        s.send(request)
+        return s.recv(100)
+    return _in_fork(work)
 
 
 def test_a_snapshot_that_is_not_the_callers_own_is_refused(wbin):
@@ -859,34 +868,26 @@ def _send_lingering(conn, listener, seconds):
     socket (on lo, in the sandbox) whose last close() waits ``seconds`` (SO_LINGER set, and data
     ``listener`` never accepts), from a fork of the test that then exits: an exiting process drops its
     sockets without waiting, so the last reference is the message's. Returns which sends the kernel took."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        took = b""
+    def work():
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        t.connect(listener.getsockname())
+        t.setblocking(False)
         try:
-            t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-            t.connect(listener.getsockname())
-            t.setblocking(False)
+            while True:
+                t.send(b"x" * 4096)
+        except BlockingIOError:
+            pass
+        t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, seconds))
+        took = b""
+        for kind, fd in ((b"G", os.open("/dev/null", os.O_RDONLY)), (b"Z", t.fileno())):
             try:
-                while True:
-                    t.send(b"x" * 4096)
-            except BlockingIOError:
-                pass
-            t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, seconds))
-            for kind, fd in ((b"G", os.open("/dev/null", os.O_RDONLY)), (b"Z", t.fileno())):
-                try:
-                    socket.send_fds(conn, [kind], [fd])
-                    took += b"1"
-                except OSError:
-                    took += b"0"
-        finally:
-            os.write(w, took)
-            os._exit(0)
-    os.close(w)
-    os.waitpid(pid, 0)
-    with os.fdopen(r, "rb") as f:
-        return f.read()
+                socket.send_fds(conn, [kind], [fd])
+                took += b"1"
+            except OSError:
+                took += b"0"
+        return took
+    return _in_fork(work)
 
 
 def test_fds_a_client_sends_after_its_call_was_accepted_never_reach_the_server(wbin):
