@@ -864,10 +864,11 @@ def test_no_client_can_pass_the_server_an_fd(wbin):
 
 
 def _send_lingering(conn, listener, seconds):
-    """Send on ``conn`` GO with the wrong fds (one: /dev/null), then at once another message with a TCP
-    socket (on lo, in the sandbox) whose last close() waits ``seconds`` (SO_LINGER set, and data
-    ``listener`` never accepts), from a fork of the test that then exits: an exiting process drops its
-    sockets without waiting, so the last reference is the message's. Returns which sends the kernel took."""
+    """Send on ``conn`` GO with the wrong fds (one: /dev/null), at once another message with /dev/null, then
+    one with a TCP socket (on lo, in the sandbox) whose last close() waits ``seconds`` (SO_LINGER set, and
+    data ``listener`` never accepts), from a fork of the test that then exits: an exiting process drops
+    its sockets without waiting, so the last reference is the message's. Returns which sends the kernel
+    took."""
     def work():
         t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
@@ -880,7 +881,8 @@ def _send_lingering(conn, listener, seconds):
             pass
         t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, seconds))
         took = b""
-        for kind, fd in ((b"G", os.open("/dev/null", os.O_RDONLY)), (b"Z", t.fileno())):
+        null = os.open("/dev/null", os.O_RDONLY)
+        for kind, fd in ((b"G", null), (b"Z", null), (b"T", t.fileno())):
             try:
                 socket.send_fds(conn, [kind], [fd])
                 took += b"1"
@@ -892,9 +894,10 @@ def _send_lingering(conn, listener, seconds):
 
 def test_fds_a_client_sends_after_its_call_was_accepted_never_reach_the_server(wbin):
     """Once a call is accepted, its connection takes fds (GO brings the caller's). A client that sent GO
-    with the wrong fds and at once another message with an fd left that fd queued on the connection (the
-    child read GO alone and ended), and the server, the last to hold it, dropped it in close() as it
-    reaped the call: a lingering socket there stopped the server for its linger time. Now the child makes the connection refuse fds as soon as
+    with the wrong fds and at once more messages with fds left them queued on the connection (the child
+    read GO alone and ended; after a fix, GO and the next one), and the server, the last to hold it,
+    dropped them in close() as it reaped the call: a lingering socket there stopped the server for its
+    linger time. Now the child makes the connection refuse fds as soon as
     GO has come, and refuses the call if anything came with or after it, leaving what it read to its exit
     (which never lingers). The server answers at once (`skb warm status` gives up after 20 s; the socket
     lingers 60) and still serves calls."""
@@ -912,8 +915,11 @@ def test_fds_a_client_sends_after_its_call_was_accepted_never_reach_the_server(w
     try:
         s.send(data)
         assert s.recv(100) == b"A"
-        assert _send_lingering(s, listener, 60) == b"11"  # (the child has not read GO yet: both queued)
-        assert s.recv(100) != b""  # the child's refusal, or its end (X)
+        assert _send_lingering(s, listener, 60) == b"111"  # (the child has not read GO yet: all queued)
+        try:
+            s.recv(100)  # the child's refusal, or its end (X)
+        except ConnectionResetError:  # (the server closed the connection with messages still on it)
+            pass
     finally:
         s.close()
     settled(wbin)  # (each status request answered: `skb warm status` would give up first)
@@ -922,3 +928,40 @@ def test_fds_a_client_sends_after_its_call_was_accepted_never_reach_the_server(w
     assert served(wbin) == before + 1
     assert the_server(wbin)["pid"] == srv["pid"]
     listener.close()
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def test_a_child_stopped_for_its_launcher_ends_when_the_launcher_is_killed(wbin):
+    """A launcher stopped after ACCEPTED (job control stopping the runtime's group, say): the server stops
+    the call's child too. The launcher is then SIGKILLed before it sent GO: the child, which never got
+    GO, must run again and end by itself (it stayed stopped for good, a call in flight for ever, and the
+    server could never stop). A client of ours plays the launcher, with a captured request."""
+    data = _with_proof(_capture_request(wbin), _secret(f"/proc/{the_server(wbin)['pid']}/fd/255"))
+    srv = the_server(wbin)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.settimeout(10)
+            s.connect(os.path.join(WARM_DIR, srv["key"] + ".sock"))
+            s.send(data)
+            if s.recv(100) == b"A":
+                os.kill(os.getpid(), signal.SIGSTOP)
+        finally:
+            os._exit(0)
+    try:
+        wait_for(lambda: _state(pid) == "T", "the client to stop")
+        child = wait_for(lambda: (the_server(wbin)["childPids"] or [None])[0], "the call's child")
+        wait_for(lambda: _state(child) == "T", "the server to stop the call's child")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    settled(wbin)  # (no call in flight any more)
+    assert the_server(wbin)["pid"] == srv["pid"]

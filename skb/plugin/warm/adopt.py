@@ -23,6 +23,7 @@ from skb.plugin.warm import admission, pages, snapshot, syscalls, wire
 
 CHILD_REFUSED = 250     # exit status of a child that ended before beginning its call
 GO_WAIT_MS = 2000       # the launcher answers ACCEPTED at once: GO within this, or the call is not ours
+DRAIN_MAX = 1024        # messages read after GO at most: more than a connection's send buffer holds
 INTERNAL_FDS = 1000     # the child's own fds (connection, channel) sit at or above this, close-on-exec
 BOOTLOADER_VARS = (b"_PYI_ARCHIVE_FILE", b"_PYI_PARENT_PROCESS_LEVEL", b"_PYI_LINUX_PROCESS_NAME")
 HANDOFF = struct.Struct("<I")  # the server's header of a hand-off: the launcher's pid (SO_PEERCRED)
@@ -340,10 +341,10 @@ class Child:
         return req, fds[0]
 
     # ------------------------------------------------------------------ the call
-    def take(self, req, conn_fd):
+    def take(self, req, conn_fd, announce=False):
         """Wait for GO and the caller's fds, adopt, prove, begin (never returns once begun: the call ends in
         os._exit)."""
-        if not _go(req, conn_fd):
+        if not _go(req, conn_fd, announce):
             return
         try:
             self.chan.send(CHAN_GOT, socket.MSG_DONTWAIT)
@@ -443,30 +444,36 @@ class Child:
         os._exit(CHILD_REFUSED)
 
 
-def _go(req, conn_fd):
+def _go(req, conn_fd, announce):
     """GO, with the caller's fds (req.fds), within GO_WAIT_MS of ACCEPTED; False (the call is not ours:
-    the child ends) when it does not come, comes without exactly the fds the request named, or something
-    follows it. First the connection refuses fds again (they were let in for GO alone): what a client
-    queued meanwhile is read here, and left to this process's exit to drop, never to a close() that may
-    wait on it (a lingering TCP socket) or to the server, which holds the connection too."""
-    p = select.poll()
-    p.register(conn_fd, select.POLLIN)
-    came = p.poll(GO_WAIT_MS)
+    the child ends) when it does not come, comes without exactly the fds the request named, or anything
+    else came. ``announce``: a child the server forked for this call lets the connection take fds and
+    answers ACCEPTED itself (the server, which may yet hold the connection alone, never lets fds in).
+    Once GO has come, or the wait is over, the connection refuses fds again, and everything queued on it
+    is read: what it brought is left to this process's exit to drop, never to a close() that may wait on
+    it (a lingering TCP socket) or to the server, the other holder of the connection."""
     conn = socket.socket(fileno=conn_fd)
+    got = []
     try:
+        if announce:
+            admission.pass_rights(conn, True)
+            conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)
+        p = select.poll()
+        p.register(conn_fd, select.POLLIN)
+        p.poll(GO_WAIT_MS)
         admission.pass_rights(conn, False)
-        if not came:
-            return False
-        data, fds, truncated = wire.recv_with_fds(conn, 8, wire.MAX_FDS, socket.MSG_DONTWAIT)
-        try:
-            more = wire.recv_with_fds(conn, 8, wire.MAX_FDS, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            more = None
+        while len(got) < DRAIN_MAX:  # (at its end the connection reads empty until then: the launcher left)
+            got.append(wire.recv_with_fds(conn, 8, wire.MAX_FDS, socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        pass
     except OSError:
         return False
     finally:
         conn.detach()
-    if more is not None or data != wire.GO or truncated or len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
+    if len(got) != 1:
+        return False
+    data, fds, truncated = got[0]
+    if data != wire.GO or truncated or len(fds) != len(wire.FIXED_FDS) + len(req.fd_numbers):
         return False
     req.fds = fds
     return True

@@ -374,8 +374,9 @@ class Children:
         a child whose launcher has hung up after the child said it has GO and before it said more (began or
         refused): killed, or given up, the launcher is gone, and the child, which holds the caller's fds
         (its stdout's pipe), may be blocked in its adoption (a zone file that is a FIFO, a hung mount).
-        Before GO it ends by itself (adopt._go), and is left to: what a client queued on the connection
-        before GO it drops as it exits, where the server, were it the last holder, would drop it in
+        Before GO it ends by itself (adopt._go; one stopped for its launcher runs again once the
+        launcher is gone), and is left to: what a client queued on the connection before GO it drops as
+        it exits, where the server, were it the last holder, would drop it in
         close(), which may wait (a lingering socket). From BEGAN on, the kernel kills it on hang-up itself."""
         hung = select.poll()
         for call in self.calls.values():
@@ -407,7 +408,7 @@ class Children:
                 with open(f"/proc/{call.launcher}/stat", "rb") as f:
                     state = f.read().rsplit(b")", 1)[1][1:2]
             except (OSError, IndexError):
-                continue
+                state = b""  # (gone, reaped: a child stopped for it runs again, to end by itself)
             stopped = state == b"T"
             if stopped != call.stopped and call.child is not None:
                 try:  # (through its pidfd: its pid may be free, and taken again, before we learn it ended)

@@ -368,14 +368,11 @@ class Server:
             self.close_fds(fds)
             self.refuse(conn, reason)
             return True
-        admission.pass_rights(conn, True)  # (before the child reads: GO brings it the caller's fds, adopt._go)
         call = self.children.hand(data, conn, peer.pid, accepted)
         if call is None:
-            admission.pass_rights(conn, False)
             self.refuse(conn, "fork")
             return True
-        self.children.rehearsal = data
-        self.send(conn, wire.ACCEPTED)
+        self.children.rehearsal = data  # (its child answers ACCEPTED: adopt._go)
         self.peak_children = max(self.peak_children, len(self.children.calls))
         return True
 

@@ -74,7 +74,7 @@ def serve(child, server, listen_fd):
     if listen_fd is None:
         got = child.wait()
         if got:
-            child.take(*got)
+            child.take(*got, announce=True)
         return
     ep = select.epoll()
     ep.register(child.chan, select.EPOLLIN)
