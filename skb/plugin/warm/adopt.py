@@ -332,10 +332,8 @@ class Child:
             return None
         if not data:
             return None
-        if trunc or len(data) < HANDOFF.size or not fds:
+        if trunc or len(data) < HANDOFF.size or len(fds) != 1:  # (the connection alone)
             raise ValueError(f"hand-off of {len(data)} bytes, {len(fds)} fds{', truncated' if trunc else ''}")
-        if len(fds) != 1:
-            raise ValueError(f"hand-off with {len(fds)} fds")
         req = wire.parse(data[HANDOFF.size:])
         req.peer_pid = HANDOFF.unpack_from(data)[0]
         return req, fds[0]

@@ -182,7 +182,7 @@ def accept(child, server, listen_fd):
                            [conn.fileno()], socket.MSG_DONTWAIT)
     except OSError:  # (not a spare any more: what the client may have queued since is dropped as we exit)
         os._exit(adopt.CHILD_REFUSED)
-    req.fds, req.peer_pid = fds, peer.pid
+    req.peer_pid = peer.pid  # (its fds come with GO: adopt._go)
     return req, conn.detach()
 
 

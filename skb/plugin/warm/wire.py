@@ -32,7 +32,7 @@ REC_ENV = 0x45        # "E": one environment entry, repeated, in order
 REC_FDS = 0x44        # "D": u32 fd numbers of the inherited fds, in the order they are passed
 REC_PROOF = 0x4b      # "K": the secret of the server's proof file (admission.py)
 
-# the fds every CALL passes first, in this order
+# the fds GO brings first, in this order (then the inherited ones)
 NS = ("net", "mnt", "pid", "pid_for_children", "user", "uts", "ipc", "cgroup", "time", "time_for_children")
 FIXED_FDS = ("cwd", "root") + tuple("ns " + n for n in NS)
 MAX_FDS = 253         # the kernel's SCM_MAX_FD: the launcher passes at most this many in all
