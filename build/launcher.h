@@ -3,6 +3,7 @@
 #ifndef SKB_LAUNCHER_H
 #define SKB_LAUNCHER_H
 #include <limits.h>
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,8 @@ void snapshot_begin(void);
 /* The fds an exec would keep (open, without close-on-exec), ascending, into out; their count, or -1. */
 int own_fds(int *out, int max);
 uint64_t fnv1a(const char *s, size_t n);
+/* Whether process pid has our ids, capabilities, no_new_privs, seccomp mode and memory nodes. */
+int same_privileges(pid_t pid);
 
 /* Offer the call to the context's warm server. Returns only when the call is to go by exec; once the call
  * has begun in the server's child, exits as that child ended. */

@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -40,6 +41,7 @@
 #define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/admission.py PROOF_FD) */
 #define PROOF_LEN 32        /* bytes of the secret in it (admission.py PROOF_LEN) */
 #define REC_PROOF 'K'
+#define SKB_SO_PEERPIDFD 77 /* (asm-generic; older libc headers lack it) */
 #define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -174,6 +176,12 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
             signal(sig, SIG_DFL);
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
+        /* Not the first caller's real-time (or idle, batch) policy: a server, its spares and their holders
+         * at SCHED_RR would preempt the node's ordinary work for their forks and preparation, which must
+         * only take time no call wants. Its nice stays (docs/WARM.md, Ready for bursts); each call's child
+         * sets its own caller's policy (row 84). (A raw call: musl's sched_setscheduler is ENOSYS.) */
+        struct sched_param other = {0};
+        syscall(SYS_sched_setscheduler, 0, SCHED_OTHER, &other);
         char *args[] = {(char *)loader, "--library-path", (char *)libpath, "--inhibit-cache", "--argv0",
                         (char *)program, (char *)program, "--warm-serve", (char *)key, (char *)bindir, NULL};
         execve(loader, args, env);
@@ -325,6 +333,20 @@ static int proof_of_reading(pid_t pid, unsigned char *secret)
     return ok;
 }
 
+/* Whether the process that listens on sock is still alive, so that the pid whose privileges and proof we
+ * read (SO_PEERCRED's) was not recycled meanwhile: its pidfd (SO_PEERPIDFD, Linux 6.5) says so. A kernel
+ * without it: taken as alive (a residue, docs/WARM.md "Who may ask"). */
+static int still_the_peer(int sock)
+{
+    int pidfd = -1;
+    socklen_t l = sizeof(pidfd);
+    if (getsockopt(sock, SOL_SOCKET, SKB_SO_PEERPIDFD, &pidfd, &l) || pidfd < 0)
+        return errno == ENOPROTOOPT; /* (EINVAL, on 6.5-6.15: the listener is gone) */
+    int alive = syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0 || errno == EPERM;
+    close(pidfd);
+    return alive;
+}
+
 /* One message with fds (SCM_RIGHTS), never blocking, never raising SIGPIPE. */
 static int send_fds(int sock, const void *p, size_t n, const int *fds, size_t nfds)
 {
@@ -371,7 +393,7 @@ static int connect_server(struct call *c, struct msg *req, const char *bindir, c
     socklen_t cl = sizeof(cred);
     unsigned char secret[PROOF_LEN];
     if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
-        !proof_of_reading(cred.pid, secret))
+        !same_privileges(cred.pid) || !proof_of_reading(cred.pid, secret) || !still_the_peer(c->sock))
         return 0;
     rec(req, REC_PROOF, secret, PROOF_LEN); /* (last: request() left room for it) */
     return !req->oom && send(c->sock, req->p, req->n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)req->n;

@@ -164,11 +164,11 @@ static void add_ksm(struct msg *m)
 {
     char b[1024];
     const char *at;
-    if (slurp("/proc/self/ksm_stat", b, sizeof(b)) < 0 || !(at = strstr(b, "ksm_merge_any "))) {
+    if (slurp("/proc/self/ksm_stat", b, sizeof(b)) < 0 || !(at = strstr(b, "ksm_merge_any: "))) {
         adds(m, "none");
         return;
     }
-    at += 14;
+    at += 15;
     add(m, at, strcspn(at, "\n"));
 }
 
@@ -177,6 +177,49 @@ static const char *const KEY_STATUS[] = {"Uid:", "Gid:", "Groups:", "CapInh:", "
                                          "Mems_allowed_list:", NULL};
 static const char *const ADOPTED_STATUS[] = {"Umask:", "TracerPid:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:",
                                              "Cpus_allowed_list:", NULL};
+
+#ifndef SKB_WARM_LIB /* (the launcher's: a client's check of its server) */
+/* The line of a /proc status text that starts with key, or NULL. */
+static const char *status_line(const char *text, const char *key)
+{
+    size_t n = strlen(key);
+    for (const char *line = text, *nl;; line = nl + 1) {
+        if (strncmp(line, key, n) == 0)
+            return line;
+        if (!(nl = strchr(line, '\n')))
+            return NULL;
+    }
+}
+
+/* Whether process pid has our privileges: the key's lines of its /proc/<pid>/status (ids, groups,
+ * capabilities, no_new_privs, seccomp, memory nodes) are ours. A genuine server of our context has them
+ * (it stops when its own context no longer hashes to its key); a root process that dropped capabilities,
+ * which can still bind a socket in the root-owned socket dir, has not, and gets no call (row 31b). */
+int same_privileges(pid_t pid)
+{
+    static char peer[8192];
+    char path[40] = "/proc/", num[12];
+    int j = sizeof(num) - 1;
+    num[j] = 0;
+    do
+        num[--j] = (char)('0' + pid % 10);
+    while ((pid /= 10) && j > 0);
+    if (!cat(path, sizeof(path), num + j, "/status", NULL) || slurp(path, peer, sizeof(peer)) < 0)
+        return 0;
+    if (status_got < 0 && (status_got = slurp("/proc/self/status", status_text, sizeof(status_text))) < 0)
+        return 0;
+    for (const char *const *k = KEY_STATUS; *k; k++) {
+        const char *a = status_line(status_text, *k), *b = status_line(peer, *k);
+        if (!a || !b)
+            return 0;
+        size_t na = strcspn(a, "\n"), nb = strcspn(b, "\n");
+        if (na != nb || memcmp(a, b, na))
+            return 0;
+    }
+    return 1;
+}
+#endif
+
 
 /* The identity of a fixed item (0 cwd, 1 root, 2.. the namespaces): of the passed fd, or without fds (the
  * server's child, about itself) of the path. */

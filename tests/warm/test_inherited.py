@@ -62,6 +62,9 @@ ROWS = {
     "coredump-filter": ("open('/proc/self/coredump_filter', 'w').write('0x3f')", "cat /proc/$PPID/coredump_filter",
                         "served"),
     "mce-kill": ("prctl(33, 1, 1)", MCE, "served"),
+    # (PR_SET_MEMORY_MERGE, Linux 6.4: systemd's MemoryKSM=; the line was once never read right, so both
+    # sides said "none" and a caller with it was served by a child without it)
+    "ksm-merge-any": ("prctl(67, 1)", "grep -h merge_any /proc/$PPID/ksm_stat /proc/self/ksm_stat", "refused:ksm"),
     "inherited-fds": ("os.dup2(os.open('/dev/null', os.O_RDONLY), 5); os.dup2(os.open('/etc/hostname', os.O_RDONLY), 7)",
                       NONCLOEXEC_FDS, "served"),
     "interval-timer": ("signal.setitimer(signal.ITIMER_REAL, 600)", "echo ran", "refused:itimers"),

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.helpers import cni_env, run_plugin
-from tests.warm.support import (COLD, LOOPBACK, WARM_DIR, Caller, ask, ensure_server, pid_gone, refused, served,
+from tests.warm.support import (COLD, LOOPBACK, WARM_DIR, Caller, ask, ensure_server, install_copy, pid_gone, refused, served,
                                 servers, settled, slow_debug_call, stop_servers, the_server, wait_for)
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
@@ -965,3 +965,97 @@ def test_a_child_stopped_for_its_launcher_ends_when_the_launcher_is_killed(wbin)
         os.waitpid(pid, 0)
     settled(wbin)  # (no call in flight any more)
     assert the_server(wbin)["pid"] == srv["pid"]
+
+
+_FAKE_SERVER = r"""
+import os, socket, sys
+path, report = sys.argv[1], sys.argv[2]
+proof = os.open(report + ".proof", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(proof, b"x" * 32)
+os.dup2(proof, 255)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(path + ".fake")
+os.rename(path + ".fake", path)
+s.listen(8)
+print("listening", flush=True)
+c, _ = s.accept()
+c.settimeout(5)
+try:
+    got = c.recv(1 << 20)
+except OSError:
+    got = b""
+if got:
+    c.send(b"A")  # (it would take the call: the launcher's GO brings it the caller's fds)
+with open(report, "w") as f:
+    f.write(str(len(got)))
+"""
+
+
+def test_a_root_process_without_capabilities_cannot_pose_as_the_server(tmp_path):
+    """Any root process, even one with no capability at all, may write in the root-owned socket dir: it
+    put a socket of its own in place of a context's, with a 32-byte file at its fd 255, and the launcher,
+    which checked only that its peer was root and that it could read the peer's fd 255 (a privileged
+    launcher may read any process), sent it the call: the request (environment, CNI_ARGS) and, with GO, the
+    caller's fds (stdio, the runtime's namespaces); it could make up the result. The launcher now sends a
+    request only to a peer with its own ids, capabilities, no_new_privs, seccomp mode and memory nodes (a
+    genuine server of its context has them), still alive when it has read them (SO_PEERPIDFD). The same
+    fake with the caller's full privileges does get the request: the check, not the fake, refuses it."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    try:
+        path = os.path.join(WARM_DIR, ensure_server(bindir)["key"] + ".sock")
+        got = {}
+        for who, prefix in (("no capabilities", ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]),
+                            ("full privileges", [])):
+            report = str(tmp_path / f"fake-{len(got)}")
+            fake = subprocess.Popen(prefix + ["/usr/bin/python3", "-c", _FAKE_SERVER, path, report],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                assert fake.stdout.readline() == b"listening\n", fake.stderr.read()
+                w = _version(bindir)
+                c = _version(bindir, **COLD)
+                assert (w.rc, w.stdout) == (c.rc, c.stdout) and w.rc == 0  # (exec'd, either way)
+                fake.wait(timeout=30)
+            finally:
+                fake.kill()
+                fake.wait()
+            got[who] = int(open(report).read())
+        assert got["no capabilities"] == 0, "a root process without capabilities got a call's request"
+        assert got["full privileges"] > 0  # (the control: such a fake is as privileged as the caller)
+    finally:
+        stop_servers(bindir)
+
+
+def _sched(pid):
+    """(policy, real-time priority, nice) of pid, from /proc/<pid>/stat."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(f[38]), int(f[37]), int(f[16])
+
+
+def test_a_server_started_by_a_real_time_caller_is_not_real_time(tmp_path, make_netns):
+    """A server started by a SCHED_RR caller kept SCHED_RR for its life, and so did its holders and spares:
+    their forks and preparation (at nice 19 under an ordinary policy, which a real-time one ignores) took
+    the CPU before the node's ordinary work. The launcher starts a server at SCHED_OTHER (its nice kept);
+    a real-time caller's call still runs at its caller's policy (row 84)."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    try:
+        first = subprocess.run(["chrt", "-r", "7", os.path.join(bindir, "loopback")], env=cni_env("VERSION"),
+                               capture_output=True, timeout=30)
+        assert first.returncode == 0, first.stderr
+        srv = ensure_server(bindir)
+        spares = wait_for(lambda: [s["pid"] for s in the_server(bindir)["spares"] if s.get("pid")] or None,
+                          "spares")
+        holders = [int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in spares]
+        for pid in [srv["pid"], *spares, *holders]:
+            assert _sched(pid)[:2] == (0, 0), f"{pid}: policy, rt priority {_sched(pid)[:2]}"
+        out = tmp_path / "policy"
+        conf = {"cniVersion": "1.0.0", "name": "rt", "type": "debug",
+                "addHooks": [["sh", "-c", f"chrt -p $PPID > {out}"]]}
+        env = cni_env("ADD", netns=f"/run/netns/{make_netns('rtcall')}", containerid="rt")
+        before = served(bindir)
+        p = subprocess.run(["chrt", "-r", "7", os.path.join(bindir, "debug")], env=env, capture_output=True,
+                           input=json.dumps(conf).encode(), timeout=30)
+        assert p.returncode == 0, p.stdout
+        assert served(bindir) == before + 1
+        assert "SCHED_RR" in out.read_text() and "priority: 7" in out.read_text()
+    finally:
+        stop_servers(bindir)
