@@ -88,22 +88,56 @@ static int safe_dir(int at, const char *name, mode_t mode, mode_t forbidden)
     return fd;
 }
 
-/* True when the dir holds fewer than MAX_SERVERS sockets (getdents on a dup of the dir fd). */
+/* Whether the socket name in dir has a listener: a connect, closed at once (a server drops a connection
+ * that closes without a request). A server killed (SIGKILL, the OOM killer) leaves its socket behind:
+ * ECONNREFUSED. */
+static int listening(int dir, const char *name)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char path[64] = "/proc/self/fd/", num[12];
+    int v = dir, j = sizeof(num) - 1, s, live;
+    num[j] = 0;
+    do
+        num[--j] = (char)('0' + v % 10);
+    while ((v /= 10));
+    if (!cat(path, sizeof(path), num + j, "/", name, NULL))
+        return 1;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if ((s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+        return 1;
+    live = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 || (errno != ECONNREFUSED && errno != ENOENT);
+    close(s);
+    return live;
+}
+
+/* True when the dir holds fewer than MAX_SERVERS sockets (getdents on a dup of the dir fd) or, at that
+ * count, fewer than MAX_SERVERS with a server listening: the sockets of killed servers, which nothing
+ * removes, never keep a new context from a server of its own. */
 static int room_for_a_server(int dir)
 {
     char b[4096];
-    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n, socks = 0;
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n, socks = 0, live = 0;
     long got;
     if (fd < 0)
         return 0;
-    while ((got = syscall(SYS_getdents64, fd, b, sizeof(b))) > 0)
-        for (long off = 0; off < got; off += n) {
-            n = *(unsigned short *)(b + off + 16);  /* d_reclen */
-            if (b[off + 18] == 12 /* DT_SOCK */)
-                socks++;
-        }
+    for (int pass = 0; pass < 2 && live < MAX_SERVERS; pass++) {
+        if (pass && (socks < MAX_SERVERS || lseek(fd, 0, SEEK_SET) != 0))
+            break;
+        while ((got = syscall(SYS_getdents64, fd, b, sizeof(b))) > 0)
+            for (long off = 0; off < got; off += n) {
+                n = *(unsigned short *)(b + off + 16);  /* d_reclen */
+                if (b[off + 18] != 12 /* DT_SOCK */)
+                    continue;
+                if (!pass)
+                    socks++;
+                else if (live < MAX_SERVERS && listening(dir, b + off + 19 /* d_name */))
+                    live++;
+            }
+        if (got != 0)
+            break;
+    }
     close(fd);
-    return got == 0 && socks < MAX_SERVERS;
+    return got == 0 && (socks < MAX_SERVERS || live < MAX_SERVERS);
 }
 
 /* Start a server for this context, detached (a process group of its own, stdio on /dev/null): the caller

@@ -234,6 +234,19 @@ static int fixed_stat(const int *fixed, int i, struct stat *st)
     return stat(ns, st);
 }
 
+/* The mount id of the root (fixed[1], or "/"), statx's STATX_MNT_ID (Linux 5.8): its device and inode
+ * alone do not tell a chroot into a bind mount of the same directory from the server's root (row 53).
+ * 0 where the kernel cannot say. (A raw call: musl before 1.2.5 has no statx.) */
+static unsigned long long root_mount(const int *fixed)
+{
+    unsigned char sx[256];
+    memset(sx, 0, sizeof(sx));
+    if (syscall(SYS_statx, fixed ? fixed[1] : AT_FDCWD, fixed ? "" : "/", fixed ? AT_EMPTY_PATH : 0,
+                0x1000 /* STATX_MNT_ID */, sx) != 0 || !(*(uint32_t *)sx & 0x1000))
+        return 0;
+    return *(unsigned long long *)(sx + 144); /* stx_mnt_id */
+}
+
 int snapshot_key(struct msg *m, const char *bundle, const int *fixed, const char *locale)
 {
     static const char *const LOCALE[] = {"LC_ALL", "LC_CTYPE", "LANG", NULL};
@@ -247,7 +260,7 @@ int snapshot_key(struct msg *m, const char *bundle, const int *fixed, const char
     }
     if (fixed_stat(fixed, 1, &st))
         return 0;
-    adds(m, "root "), add_dev_ino(m, &st), adds(m, "\n");
+    adds(m, "root "), add_dev_ino(m, &st), adds(m, " mount "), addu(m, root_mount(fixed)), adds(m, "\n");
     size_t at = m->n;
     if (!add_status(m, KEY_STATUS))
         return 0;
@@ -446,7 +459,8 @@ long skb_warm_snapshot(int part, const char *bundle, const char *locale, const i
     if (!(part ? snapshot_adopted(&m, NULL, NULL, 0) : snapshot_key(&m, bundle, NULL, locale)))
         return -1;
     for (int i = 1; !part && fixed && i < NFIXED; i++)
-        if (fstat(fixed[i], &a) || fixed_stat(NULL, i, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        if (fstat(fixed[i], &a) || fixed_stat(NULL, i, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino ||
+            (i == 1 && root_mount(fixed) != root_mount(NULL)))
             return -(100 + i);
     return (long)m.n;
 }

@@ -8,11 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.helpers import cni_env
-from tests.warm.support import COLD, refused, served, the_server, wait_for
+from tests.warm.support import COLD, WARM_DIR, ask, pid_gone, refused, served, servers, the_server, wait_for
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
 
@@ -170,3 +171,39 @@ def test_guard_knows_the_callers_pid(wbin):
         assert served(wbin) == before + (1 if mode == "warm" else 0)
     assert outs["warm"] == outs["cold"]
 
+
+
+def test_a_caller_chrooted_into_a_bind_mount_of_the_root_is_not_served_by_the_servers_root(wbin, tmp_path,
+                                                                                           make_netns):
+    """Row 53. A caller chrooted into another mount of the server's root directory (a recursive bind of /,
+    with something mounted over a directory in it) has a root with the same device and inode: it was
+    served warm, and its plugin and hooks ran in the server's root, where they saw other files and could
+    write where an exec'd plugin could not. The root's mount id is now part of the context: such a caller
+    is not this server's (its calls go to a server of its own, started in its root), and what its plugin's
+    hook sees is what the exec'd one sees."""
+    ns = make_netns("chroot")  # (before the bind: the bind copies the netns mount)
+    root, mark = tmp_path / "root", tmp_path / "mark"
+    root.mkdir(), mark.mkdir()
+    subprocess.run(["mount", "--rbind", "/", str(root)], check=True)  # (the sandbox's own mount namespace)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "skb-chroot-mark", f"{root}{mark}"], check=True)
+        (root / str(mark).lstrip("/") / "only-in-the-chroot").write_text("")
+        known = {s["key"] for s in servers(wbin)}
+        the_server(wbin)
+        before = served(wbin)
+        setup, probe = f"os.chroot({str(root)!r}); os.chdir('/')", f"ls {mark}; stat -c %i /"
+        warm = _call(wbin, tmp_path, ns, setup, probe, "warm", "chroot")
+        assert served(wbin) == before, "a chrooted caller was served by a server in another root"
+        cold = _call(wbin, tmp_path, ns, setup, probe, "cold", "chroot")
+        assert warm == cold and "only-in-the-chroot" in warm[2]
+    finally:
+        deadline = time.monotonic() + 5  # (the chrooted caller's own server, once it has started)
+        while time.monotonic() < deadline:
+            new = [s for s in servers(wbin) if s["key"] not in known]
+            for s in new:
+                ask(os.path.join(WARM_DIR, s["key"] + ".sock"), b"Q")
+                wait_for(lambda: pid_gone(s["pid"]), "the chrooted context's server to end")
+            if new:
+                break
+            time.sleep(0.1)
+        subprocess.run(["umount", "-R", "-l", str(root)], check=False)

@@ -1059,3 +1059,27 @@ def test_a_server_started_by_a_real_time_caller_is_not_real_time(tmp_path, make_
         assert "SCHED_RR" in out.read_text() and "priority: 7" in out.read_text()
     finally:
         stop_servers(bindir)
+
+
+def test_sockets_of_killed_servers_keep_no_context_from_a_server(tmp_path):
+    """At most 16 servers run at once, counted by the sockets in the socket dir. A server killed (SIGKILL,
+    the OOM killer) leaves its socket behind, and nothing removes it: after 16 such, no new context (a
+    runtime restarted in a new session, say) ever got a server again, and its every call went by exec,
+    silently. The launcher now counts, at that count, only the sockets a server listens on."""
+    os.makedirs(WARM_DIR, exist_ok=True)
+    stale = [os.path.join(WARM_DIR, f"deadbeef{i:08x}.sock") for i in range(16)]
+    for path in stale:  # (bound, never listened on, closed: as a killed server's, ECONNREFUSED)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.bind(path)
+        s.close()
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    try:
+        srv = ensure_server(bindir)
+        before = served(bindir)
+        assert _version(bindir).rc == 0
+        assert served(bindir) == before + 1
+        assert srv["pid"] == the_server(bindir)["pid"]
+    finally:
+        stop_servers(bindir)
+        for path in stale:
+            os.unlink(path)
