@@ -37,6 +37,7 @@
 #define WARM_OFF ".skb-warm-off"
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
 #define MAX_SERVERS 16      /* no new server while this many sockets are in the dir */
+#define MAX_REQUEST (160 << 10) /* bytes, the proof included (skb/plugin/warm/wire.py MAX_REQUEST): larger, exec */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
 #define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/admission.py PROOF_FD) */
 #define PROOF_LEN 32        /* bytes of the secret in it (admission.py PROOF_LEN) */
@@ -403,6 +404,8 @@ static int send_fds(int sock, const void *p, size_t n, const int *fds, size_t nf
 static int connect_server(struct call *c, struct msg *req, const char *bindir, const char *loader,
                           const char *libpath, const char *program)
 {
+    if (req->n + 5 + PROOF_LEN > MAX_REQUEST) /* (no server would take it: the caller's environment, say) */
+        return 0;
     if ((c->run = safe_dir(AT_FDCWD, RUN_DIR, 0755, 022)) < 0 || (c->dir = safe_dir(c->run, WARM_DIR, 0700, 077)) < 0)
         return 0;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};

@@ -458,10 +458,14 @@ long skb_warm_snapshot(int part, const char *bundle, const char *locale, const i
     snapshot_begin();
     if (!(part ? snapshot_adopted(&m, NULL, NULL, 0) : snapshot_key(&m, bundle, NULL, locale)))
         return -1;
-    for (int i = 1; !part && fixed && i < NFIXED; i++)
+    /* (the namespaces first, then the root: another mount namespace has another root mount, and its
+     * reason is the namespace) */
+    for (int j = 2; !part && fixed && j <= NFIXED; j++) {
+        int i = j < NFIXED ? j : 1;
         if (fstat(fixed[i], &a) || fixed_stat(NULL, i, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino ||
             (i == 1 && root_mount(fixed) != root_mount(NULL)))
             return -(100 + i);
+    }
     return (long)m.n;
 }
 

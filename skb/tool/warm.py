@@ -30,7 +30,9 @@ def command(opts):
     from skb.plugin.warm import client as warm
     if opts.action == "stop":
         stopped = warm.stop_all()
-        print(f"stopped {len(stopped)} warm-start server(s)" + "".join(f"\n  {k} (pid {p})" for k, p in stopped))
+        print(f"stopped {len(stopped)} warm-start server(s)" + "".join(
+            f"\n  {k} (pid {p})" if p else f"\n  {k} (not answering: asked to stop, it ends once it runs again)"
+            for k, p in stopped))
         return 0
     servers = warm.status_all()
     if opts.json:

@@ -1083,3 +1083,53 @@ def test_sockets_of_killed_servers_keep_no_context_from_a_server(tmp_path):
         stop_servers(bindir)
         for path in stale:
             os.unlink(path)
+
+
+def test_a_request_too_large_to_hand_on_goes_by_exec_at_once(wbin):
+    """A request travels again, whole, from the spare (or the server) to the call's child, on a channel
+    whose buffer must keep room for the child's reply. A caller's environment of 195-208 KiB made a request
+    that was accepted, and then dropped: refused after `A` (`adopt`), the call a few ms slower than exec,
+    and at the top of that range the spare died and spare-making paused. A launcher now sends no request
+    over 160 KiB (a larger one, over about 208 KiB, never arrived anyway): such a call goes by exec at
+    once, no server or spare refuses or loses anything, and a call of 150 KiB is still served."""
+    wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
+    srv = settled(wbin)[0]
+    for kib in (190, 195, 200, 205):
+        big = {f"BIG{i}": "x" * (5 << 10) for i in range(kib // 5)}  # (one string: at most 128 KiB)
+        w, c = _version(wbin, **big), _version(wbin, **big, **COLD)
+        assert (w.rc, w.stdout) == (c.rc, c.stdout) and w.rc == 0, kib
+    after = settled(wbin)[0]
+    assert (after["pid"], after["served"], after["refused"]) == (srv["pid"], srv["served"], srv["refused"])
+    assert _version(wbin, **{f"BIG{i}": "x" * (5 << 10) for i in range(30)}).rc == 0
+    assert served(wbin) == srv["served"] + 1
+
+
+def test_stop_reaches_servers_that_cannot_answer(tmp_path):
+    """`skb warm stop` asked each server for its status, one after another, 5 s each, and skipped one
+    that did not answer: with three stopped servers (SIGSTOP, a frozen cgroup) it took 15 s, printed
+    "stopped 0", and the servers ran on once continued. It now asks all at once, and asks one that does not
+    answer to stop all the same: the request waits for it, and it ends once it runs again. (The client's
+    own code, on links to three servers' sockets in a dir of the test's: a stop of every server in the
+    socket dir would end other tests' servers.)"""
+    from skb.plugin.warm import client
+    bindirs = [install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / f"bin{i}")) for i in range(3)]
+    srvs = [ensure_server(b) for b in bindirs]
+    links = "/run/skb-cni/test-stop"  # (not under /tmp: a link needs the sockets' filesystem)
+    os.makedirs(links)
+    old = client.WARM_DIR
+    try:
+        for s in srvs:
+            os.link(os.path.join(WARM_DIR, s["key"] + ".sock"), os.path.join(links, s["key"] + ".sock"))
+            os.kill(s["pid"], signal.SIGSTOP)
+        client.WARM_DIR = links
+        stopped = client.stop_all(wait=0)
+    finally:
+        client.WARM_DIR = old
+        for s in srvs:
+            os.kill(s["pid"], signal.SIGCONT)
+        for name in os.listdir(links):
+            os.unlink(os.path.join(links, name))
+        os.rmdir(links)
+    assert sorted(k for k, _ in stopped) == sorted(s["key"] for s in srvs)
+    for s in srvs:
+        wait_for(lambda: pid_gone(s["pid"]), f"server {s['pid']} to end once continued")

@@ -33,26 +33,54 @@ def servers():
     return [(n[:-5], os.path.join(WARM_DIR, n)) for n in names if n.endswith(".sock")]
 
 
-def status_all():
-    out = []
-    for key, path in servers():
-        try:
-            out.append(json.loads(_ask(path, wire.STATUS)))
-        except (OSError, ValueError) as e:
-            out.append({"key": key, "error": str(e)})
+def _each(fn):
+    """fn(key, path) for every server at once (threads: a stopped or blocked server costs the command its
+    timeout once, not once per server), in the sockets' order."""
+    import threading  # (the command's, never a plugin's call path)
+    found = servers()
+    out = [None] * len(found)
+
+    def one(i, key, path):
+        out[i] = fn(key, path)
+    threads = [threading.Thread(target=one, args=(i, *kp), daemon=True) for i, kp in enumerate(found)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return out
 
 
+def _status(key, path):
+    try:
+        return json.loads(_ask(path, wire.STATUS))
+    except (OSError, ValueError) as e:
+        return {"key": key, "error": str(e)}
+
+
+def status_all():
+    return _each(_status)
+
+
+def _stop(key, path):
+    """(key, pid) of a server that was asked to stop; pid None when it did not say its pid (stopped,
+    blocked: it is asked all the same, and stops once it runs again); None when there is none there."""
+    try:
+        pid = json.loads(_ask(path, wire.STATUS)).get("pid")
+    except (OSError, ValueError):
+        pid = None
+    try:
+        _ask(path, wire.STOP, timeout=0.5)
+    except socket.timeout:
+        pass  # (queued: it answers once it runs)
+    except OSError:
+        return None
+    return key, pid
+
+
 def stop_all(wait=10.0):
-    """Ask every server to stop; wait until each has ended (its in-flight calls finish first)."""
-    stopped = []
-    for key, path in servers():
-        try:
-            st = json.loads(_ask(path, wire.STATUS))
-            _ask(path, wire.STOP)
-            stopped.append((key, st.get("pid")))
-        except (OSError, ValueError):
-            continue
+    """Ask every server to stop; wait until each has ended (its in-flight calls finish first), up to
+    ``wait`` in all."""
+    stopped = [s for s in _each(_stop) if s]
     deadline = time.monotonic() + wait
     for key, pid in stopped:
         while pid and time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):

@@ -36,7 +36,10 @@ REC_PROOF = 0x4b      # "K": the secret of the server's proof file (admission.py
 NS = ("net", "mnt", "pid", "pid_for_children", "user", "uts", "ipc", "cgroup", "time", "time_for_children")
 FIXED_FDS = ("cwd", "root") + tuple("ns " + n for n in NS)
 MAX_FDS = 253         # the kernel's SCM_MAX_FD: the launcher passes at most this many in all
-MAX_REQUEST = 1 << 20  # bytes
+MAX_REQUEST = 160 << 10  # bytes (build/warm_client.c MAX_REQUEST). A request travels again, whole, from the
+                         # spare or the server to the call's child, on a channel whose buffer (the kernel's
+                         # default, about 208 KiB) must still have room for the child's reply: a request
+                         # of 195-208 KiB was once accepted and then dropped (a larger one never arrives)
 
 
 class Request:
