@@ -36,7 +36,7 @@
 #define WARM_DIR "warm"
 #define WARM_OFF ".skb-warm-off"
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
-#define MAX_SERVERS 16      /* no new server while this many sockets are in the dir */
+#define MAX_SERVERS 16      /* no new server while this many servers listen in the dir */
 #define MAX_REQUEST (160 << 10) /* bytes, the proof included (skb/plugin/warm/wire.py MAX_REQUEST): larger, exec */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
 #define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/admission.py PROOF_FD) */
