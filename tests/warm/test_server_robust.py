@@ -905,7 +905,9 @@ def test_fds_a_client_sends_after_its_call_was_accepted_never_reach_the_server(w
         pytest.skip("this kernel has no SO_PASSRIGHTS (Linux 6.16): a client's fds reach the server "
                     "(docs/WARM.md, Who may ask)")
     data = _with_proof(_capture_request(wbin), _secret(f"/proc/{the_server(wbin)['pid']}/fd/255"))
+    wait_for(lambda: [s["prepared"] for s in the_server(wbin)["spares"]] == [True] * 3, "three prepared spares")
     srv = the_server(wbin)
+    spares = [sp["pid"] for sp in srv["spares"]]  # (one of them takes the call)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
     listener.bind(("127.0.0.1", 0))
@@ -915,7 +917,16 @@ def test_fds_a_client_sends_after_its_call_was_accepted_never_reach_the_server(w
     try:
         s.send(data)
         assert s.recv(100) == b"A"
-        assert _send_lingering(s, listener, 60) == b"111"  # (the child has not read GO yet: all queued)
+        # The child, stopped meanwhile, has not read GO when the other two come: all three are queued (a
+        # child that read GO first would refuse the rest at once: a race the test must not leave to the CPUs)
+        for pid in spares:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            took = _send_lingering(s, listener, 60)
+        finally:
+            for pid in spares:
+                os.kill(pid, signal.SIGCONT)
+        assert took == b"111"
         try:
             s.recv(100)  # the child's refusal, or its end (X)
         except ConnectionResetError:  # (the server closed the connection with messages still on it)
