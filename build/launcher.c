@@ -125,6 +125,17 @@ int cat(char *dst, size_t size, ...)
     return 1;
 }
 
+/* v in decimal, in buf (12 bytes), for cat(): a pid or an fd number in a /proc path. */
+const char *decimal(char *buf, unsigned v)
+{
+    int j = 11;
+    buf[j] = 0;
+    do
+        buf[--j] = (char)('0' + v % 10);
+    while ((v /= 10) && j > 0);
+    return buf + j;
+}
+
 /* The name of this launcher's own bundle dir, written after the mark by build/bundle.py stage (NUL padded;
  * empty in an unstaged build). Not const, not static: the compiler must read it at run time. */
 char bundle_slot[sizeof(BUNDLE_MARK) + 96] = BUNDLE_MARK;

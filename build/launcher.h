@@ -11,6 +11,8 @@
 int fail(const char *what, const char *path, const char *detail);
 /* Append the NULL-terminated strings to dst (which holds a string); false when they do not fit. */
 int cat(char *dst, size_t size, ...);
+/* v in decimal, in buf (at least 12 bytes): its first digit. */
+const char *decimal(char *buf, unsigned v);
 
 /* A byte buffer of a size fixed when it is made (calloc only); oom is set when something did not fit. */
 struct msg {

@@ -89,21 +89,28 @@ static int safe_dir(int at, const char *name, mode_t mode, mode_t forbidden)
     return fd;
 }
 
+/* The address of name + ext in the socket dir, reached through our fd of it (a rename of the dir cannot
+ * redirect us); 0 when it does not fit. */
+static int in_dir(struct sockaddr_un *sa, int dir, const char *name, const char *ext)
+{
+    char path[sizeof(sa->sun_path)] = "/proc/self/fd/", num[12];
+    if (!cat(path, sizeof(path), decimal(num, (unsigned)dir), "/", name, ext, NULL))
+        return 0;
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path, path, strlen(path) + 1);
+    return 1;
+}
+
 /* Whether the socket name in dir has a listener: a connect, closed at once (a server drops a connection
  * that closes without a request). A server killed (SIGKILL, the OOM killer) leaves its socket behind:
  * ECONNREFUSED. */
 static int listening(int dir, const char *name)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    char path[64] = "/proc/self/fd/", num[12];
-    int v = dir, j = sizeof(num) - 1, s, live;
-    num[j] = 0;
-    do
-        num[--j] = (char)('0' + v % 10);
-    while ((v /= 10));
-    if (!cat(path, sizeof(path), num + j, "/", name, NULL))
+    struct sockaddr_un sa;
+    int s, live;
+    if (!in_dir(&sa, dir, name, ""))
         return 1;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
     if ((s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
         return 1;
     live = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 || (errno != ECONNREFUSED && errno != ENOENT);
@@ -351,12 +358,7 @@ static int request(struct msg *m, const struct msg *snap, const char *applet, in
 static int proof_of_reading(pid_t pid, unsigned char *secret)
 {
     char path[48] = "/proc/", num[12];
-    int j = sizeof(num) - 1;
-    num[j] = 0;
-    do
-        num[--j] = (char)('0' + pid % 10);
-    while ((pid /= 10) && j > 0);
-    if (!cat(path, sizeof(path), num + j, "/fd/" PROOF_FD, NULL))
+    if (!cat(path, sizeof(path), decimal(num, (unsigned)pid), "/fd/" PROOF_FD, NULL))
         return 0;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), ok = 0;
     if (fd < 0)
@@ -408,16 +410,9 @@ static int connect_server(struct call *c, struct msg *req, const char *bindir, c
         return 0;
     if ((c->run = safe_dir(AT_FDCWD, RUN_DIR, 0755, 022)) < 0 || (c->dir = safe_dir(c->run, WARM_DIR, 0700, 077)) < 0)
         return 0;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    char path[64] = "/proc/self/fd/", num[12];
-    int v = c->dir, j = sizeof(num) - 1;
-    num[j] = 0;
-    do
-        num[--j] = (char)('0' + v % 10);
-    while ((v /= 10));
-    if (!cat(path, sizeof(path), num + j, "/", c->key, ".sock", NULL))
+    struct sockaddr_un sa;
+    if (!in_dir(&sa, c->dir, c->key, ".sock"))
         return 0;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
     c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (c->sock < 0)
         return 0;

@@ -199,12 +199,7 @@ int same_privileges(pid_t pid)
 {
     static char peer[8192];
     char path[40] = "/proc/", num[12];
-    int j = sizeof(num) - 1;
-    num[j] = 0;
-    do
-        num[--j] = (char)('0' + pid % 10);
-    while ((pid /= 10) && j > 0);
-    if (!cat(path, sizeof(path), num + j, "/status", NULL) || slurp(path, peer, sizeof(peer)) < 0)
+    if (!cat(path, sizeof(path), decimal(num, (unsigned)pid), "/status", NULL) || slurp(path, peer, sizeof(peer)) < 0)
         return 0;
     if (status_got < 0 && (status_got = slurp("/proc/self/status", status_text, sizeof(status_text))) < 0)
         return 0;
