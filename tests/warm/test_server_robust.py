@@ -10,6 +10,7 @@ import select
 import signal
 import socket
 import struct
+import sys
 import subprocess
 import threading
 import time
@@ -1144,3 +1145,55 @@ def test_stop_reaches_servers_that_cannot_answer(tmp_path):
     assert sorted(k for k, _ in stopped) == sorted(s["key"] for s in srvs)
     for s in srvs:
         wait_for(lambda: pid_gone(s["pid"]), f"server {s['pid']} to end once continued")
+
+
+_FLOOD = r"""
+import collections, socket, sys, time
+path, per_10ms = sys.argv[1], int(sys.argv[2])
+held, made, failed, at = collections.deque(), 0, 0, time.monotonic()
+while True:
+    for _ in range(per_10ms):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
+        try:
+            s.connect(path)  # and never a word
+            made += 1
+        except OSError:  # EAGAIN: the backlog is full
+            failed += 1
+            s.close()
+            continue
+        held.append(s)
+        if len(held) > 300:
+            held.popleft().close()
+    if made + failed >= per_10ms * 100:
+        print(made, failed, flush=True)
+        made = failed = 0
+    at += 0.01
+    time.sleep(max(0.0, at - time.monotonic()))
+"""
+
+
+def test_silent_connections_at_a_high_rate_keep_no_call_from_its_spare(wbin):
+    """A root client that opens 2,500 connections a second and sends nothing on any. A spare used to give
+    each connection 2 ms for its request before it accepted the next, so three spares took at most 1,500
+    a second, whatever the CPU: the backlog (128) filled, half the flood's connects failed, and a
+    launcher's connect failed too (it went by exec) or waited behind up to 85 ms of silent ones. A spare
+    now waits for a request without blocking and goes on accepting: the backlog never fills (the flood's
+    own connects say so), and every call is served warm, with the answer exec gives."""
+    srv = ensure_server(wbin)
+    before = served(wbin)
+    flood = subprocess.Popen([sys.executable, "-c", _FLOOD, os.path.join(WARM_DIR, srv["key"] + ".sock"), "25"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        seconds = [flood.stdout.readline().split()]  # a second of it before the calls
+        cold = _version(wbin, **COLD)
+        for _ in range(40):
+            w = _version(wbin)
+            assert (w.rc, w.stdout) == (cold.rc, cold.stdout)
+        seconds.append(flood.stdout.readline().split())
+    finally:
+        flood.kill()
+        flood.wait()
+    for made, failed in seconds:  # (connects that found the backlog full; about 1,000 a second before)
+        assert int(failed) < int(made) // 20, seconds
+    assert served(wbin) == before + 40
+    assert the_server(wbin)["pid"] == srv["pid"]

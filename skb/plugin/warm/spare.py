@@ -7,10 +7,10 @@ connection, reads and admits the request as the server would, answers ACCEPTED a
 has a call (CHAN_TAKEN, with the connection, its accept time and the request: the server reports the
 child's end if it is killed, and forks the next spare); then adopt.Child takes the call on. The server's
 own Python work is thus not on a call's path. A status or stop request goes to the server (CHAN_FORWARD),
-as does a connection whose request is late (a silent client never holds a spare); a refused request is
-counted by the server (CHAN_COUNT); the spare, which has taken nothing on, goes back to waiting. A child
-forked for one call the server accepted itself (no spare was ready) only waits for that call on its
-channel (serve without a listening socket).
+as does a connection whose request is late (Early: a spare never waits on one connection, so silent
+clients never hold it); a refused request is counted by the server (CHAN_COUNT); the spare, which has
+taken nothing on, goes back to waiting. A child forked for one call the server accepted itself (no spare
+was ready) only waits for that call on its channel (serve without a listening socket).
 """
 import fcntl
 import mmap
@@ -86,11 +86,13 @@ def serve(child, server, listen_fd):
             pass  # (no right to raise it again: a call's adoption sets, and verifies, its caller's)
     _say(child, adopt.CHAN_READY)
     steps = preparation(child)
+    early = Early(child, ep)
     while True:
         try:
-            events = ep.poll(0 if steps else -1)
+            events = ep.poll(early.timeout(0 if steps else -1))
         except InterruptedError:
             continue
+        early.pass_late()
         if not events and steps:
             if not _step(steps, child.nice is not None):
                 steps = None
@@ -99,13 +101,67 @@ def serve(child, server, listen_fd):
         for fd, ev in events:
             if fd == child.chan.fileno():  # (the server has nothing for a pool spare but its end)
                 return
-            if ev & (select.EPOLLHUP | select.EPOLLERR):  # the server shut its socket down: it is stopping
-                return
-            took = accept(child, server, listen_fd)
+            if fd == listen_fd:
+                if ev & (select.EPOLLHUP | select.EPOLLERR):  # the server shut its socket down: it is stopping
+                    return
+                took = accept(child, server, listen_fd, early)
+            else:
+                took = early.arrived(fd, server)
             if took:
                 ep.close()
                 child.take(*took)
                 return
+
+
+class Early:
+    """Connections this spare accepted before their request came. It waits for each at most
+    LATE_REQUEST_MS while it goes on accepting (a silent client never holds a spare, nor keeps it from the
+    next connection: many silent ones cost each a few system calls), then passes it to the server, which
+    waits the rest of the request's time; at most MAX_EARLY at a time (the oldest is passed on early)."""
+    MAX_EARLY = 16
+
+    def __init__(self, child, ep):
+        self.child, self.ep, self.conns = child, ep, {}  # fd -> (socket, Peer, accepted)
+
+    def timeout(self, otherwise):
+        """epoll's timeout in seconds: until the first deadline, if sooner than ``otherwise``."""
+        if not self.conns:
+            return otherwise
+        due = max(0.0, min(a for _, _, a in self.conns.values()) + LATE_REQUEST_MS / 1000 - time.monotonic())
+        return due if otherwise < 0 else min(due, otherwise)
+
+    def add(self, conn, peer, accepted):
+        if len(self.conns) >= self.MAX_EARLY:
+            self._pass(min(self.conns, key=lambda f: self.conns[f][2]))
+        self.conns[conn.fileno()] = (conn, peer, accepted)
+        self.ep.register(conn.fileno(), select.EPOLLIN)
+
+    def arrived(self, fd, server):
+        """Its request came (or the client left): act on it as on one there when it was accepted."""
+        if fd not in self.conns:
+            return None
+        conn, peer, accepted = self._drop(fd)
+        return _request(self.child, server, conn, peer, accepted, self, wait=False)
+
+    def pass_late(self):
+        now = time.monotonic()
+        for fd in [f for f, (_, _, a) in self.conns.items() if now - a >= LATE_REQUEST_MS / 1000]:
+            self._pass(fd)
+
+    def pass_all(self):
+        for fd in list(self.conns):
+            self._pass(fd)
+
+    def _drop(self, fd):
+        try:
+            self.ep.unregister(fd)
+        except (OSError, ValueError):
+            pass
+        return self.conns.pop(fd)
+
+    def _pass(self, fd):
+        conn, _, accepted = self._drop(fd)
+        _forward(self.child, conn, accepted)
 
 
 def _step(steps, lower):
@@ -129,9 +185,10 @@ def _step(steps, lower):
                 pass  # (no right to raise it again: a call's adoption sets, and verifies, its caller's)
 
 
-def accept(child, server, listen_fd):
-    """Accept one connection and act on its request. (Request, connection fd) of an admitted call, else
-    None (nothing to accept, a request for the server, a refusal): the spare goes on waiting."""
+def accept(child, server, listen_fd, early):
+    """Accept one connection and act on its request, or wait for it (``early``, without blocking).
+    (Request, connection fd) of an admitted call, else None (nothing to accept, a request for the server, a
+    refusal, a request still to come): the spare goes on waiting."""
     try:
         conn_fd = _accept4(listen_fd)
     except BlockingIOError:
@@ -143,15 +200,34 @@ def accept(child, server, listen_fd):
     conn = socket.socket(fileno=conn_fd)
     try:
         peer = admission.Peer(conn)
-        p = select.poll()
-        p.register(conn, select.POLLIN)
-        if not p.poll(LATE_REQUEST_MS):  # a silent client never holds a spare
-            wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + b"?" + struct.pack("<d", accepted), [conn.fileno()],
-                               socket.MSG_DONTWAIT)
-            conn.close()
-            return None
+    except OSError:
+        conn.close()
+        return None
+    return _request(child, server, conn, peer, accepted, early)
+
+
+def _forward(child, conn, accepted):
+    """A connection whose request is late goes to the server, which waits for it with its deadlines."""
+    try:
+        wire.send_with_fds(child.chan, adopt.CHAN_FORWARD + b"?" + struct.pack("<d", accepted), [conn.fileno()],
+                           socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+    conn.close()
+
+
+def _request(child, server, conn, peer, accepted, early, wait=True):
+    """Read a connection's request, without waiting: one not there yet waits in ``early`` (or, when it
+    has waited there, goes to the server)."""
+    try:
         data, fds, truncated = wire.recv_with_fds(conn, wire.MAX_REQUEST, wire.MAX_FDS, socket.MSG_DONTWAIT,
                                                   into=_REQUEST)
+    except BlockingIOError:
+        if wait:
+            early.add(conn, peer, accepted)
+        else:  # (woken, yet nothing: the server waits for it)
+            _forward(child, conn, accepted)
+        return None
     except OSError:
         conn.close()
         return None
@@ -174,7 +250,9 @@ def accept(child, server, listen_fd):
     if reason:
         return _refuse(child, conn, reason, fds)
     # Ours: the launcher learns it first (its GO travels while we take the call on), then the server (it
-    # reports this call's end if we are killed, and forks the next spare).
+    # reports this call's end if we are killed, and forks the next spare). Connections still waiting for
+    # their request go to the server first: once it has our TAKEN, it reads our channel no more.
+    early.pass_all()
     try:
         admission.pass_rights(conn, True)  # (GO brings the caller's fds: adopt._go)
         conn.send(wire.ACCEPTED, socket.MSG_DONTWAIT)  # (first: the launcher's GO travels meanwhile)
