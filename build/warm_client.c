@@ -102,18 +102,26 @@ static int in_dir(struct sockaddr_un *sa, int dir, const char *name, const char 
     return 1;
 }
 
-/* Whether the socket name in dir has a listener: a connect, closed at once (a server drops a connection
- * that closes without a request). A server killed (SIGKILL, the OOM killer) leaves its socket behind:
- * ECONNREFUSED. */
+/* Whether the socket name in dir has a server listening: a connect, closed at once (a server drops a
+ * connection that closes without a request), to a listener with our privileges in our user namespace (as
+ * a server started by a caller like us has; its other namespaces may be others: callers that make a new
+ * namespace per call must not pile servers up). A server killed (SIGKILL, the OOM killer) leaves its
+ * socket behind (ECONNREFUSED); a root process without capabilities may listen on sockets of its own
+ * there, to keep new contexts from a server: neither counts. (Nor a server whose backlog is full, at
+ * the cost of one server more.) */
 static int listening(int dir, const char *name)
 {
     struct sockaddr_un sa;
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
     int s, live;
     if (!in_dir(&sa, dir, name, ""))
-        return 1;
+        return 0;
     if ((s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
         return 1;
-    live = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 || (errno != ECONNREFUSED && errno != ENOENT);
+    live = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+           getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.uid == 0 && cred.pid > 0 &&
+           same_privileges(cred.pid, 0);
     close(s);
     return live;
 }
@@ -159,8 +167,6 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
     char marker[64] = "";
     struct stat st;
     struct timespec now;
-    if (!room_for_a_server(dir))
-        return;
     cat(marker, sizeof(marker), key, ".spawn", NULL);
     int fd = openat(dir, marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
@@ -172,6 +178,8 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
             utimensat(dir, marker, NULL, AT_SYMLINK_NOFOLLOW))
             return;
     }
+    if (!room_for_a_server(dir)) /* (after the marker: a full dir is read at most once per SPAWN_EVERY) */
+        return;
     char k1[128] = "_PYI_ARCHIVE_FILE=", lc[3][256] = {"LC_ALL=", "LC_CTYPE=", "LANG="};
     char *env[8] = {k1, "_PYI_PARENT_PROCESS_LEVEL=0", "_PYI_LINUX_PROCESS_NAME=skb-warm",
                     "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
@@ -224,6 +232,8 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
          * sets its own caller's policy (row 84). (A raw call: musl's sched_setscheduler is ENOSYS.) */
         struct sched_param other = {0};
         syscall(SYS_sched_setscheduler, 0, SCHED_OTHER, &other);
+        /* Nor its real-time (or idle) I/O class: the server's own is the default one, from its nice. */
+        syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, 0 /* IOPRIO_CLASS_NONE */);
         char *args[] = {(char *)loader, "--library-path", (char *)libpath, "--inhibit-cache", "--argv0",
                         (char *)program, (char *)program, "--warm-serve", (char *)key, (char *)bindir, NULL};
         execve(loader, args, env);
@@ -425,7 +435,7 @@ static int connect_server(struct call *c, struct msg *req, const char *bindir, c
     socklen_t cl = sizeof(cred);
     unsigned char secret[PROOF_LEN];
     if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
-        !same_privileges(cred.pid) || !proof_of_reading(cred.pid, secret) || !still_the_peer(c->sock))
+        !same_privileges(cred.pid, 1) || !proof_of_reading(cred.pid, secret) || !still_the_peer(c->sock))
         return 0;
     rec(req, REC_PROOF, secret, PROOF_LEN); /* (last: request() left room for it) */
     return !req->oom && send(c->sock, req->p, req->n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)req->n;

@@ -191,15 +191,29 @@ static const char *status_line(const char *text, const char *key)
     }
 }
 
+/* Whether namespace ns of process pid (its /proc/<pid>/ns/ path) is ours. */
+static int same_namespace(const char *proc, const char *ns)
+{
+    char path[64] = "", own[48] = "/proc/self/ns/";
+    struct stat a, b;
+    strncat(own, ns, sizeof(own) - strlen(own) - 1);
+    return cat(path, sizeof(path), proc, ns, NULL) && stat(path, &a) == 0 && stat(own, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 /* Whether process pid has our privileges: the key's lines of its /proc/<pid>/status (ids, groups,
- * capabilities, no_new_privs, seccomp, memory nodes) are ours. A genuine server of our context has them
- * (it stops when its own context no longer hashes to its key); a root process that dropped capabilities,
- * which can still bind a socket in the root-owned socket dir, has not, and gets no call (row 31b). */
-int same_privileges(pid_t pid)
+ * capabilities, no_new_privs, seccomp, memory nodes) are ours, in our user namespace (the capability lines
+ * are a process's capabilities in its own user namespace: a root process without any, in a user namespace
+ * of its own, may set them to anything). A genuine server of our context has them (it stops when its own
+ * context no longer hashes to its key); a root process that dropped capabilities, which can still bind a
+ * socket in the root-owned socket dir, has not, and gets no call (row 31b). With all_namespaces, every
+ * namespace of the key is ours too, as a genuine server's are. */
+int same_privileges(pid_t pid, int all_namespaces)
 {
     static char peer[8192];
     char path[40] = "/proc/", num[12];
-    if (!cat(path, sizeof(path), decimal(num, (unsigned)pid), "/status", NULL) || slurp(path, peer, sizeof(peer)) < 0)
+    const char *n = decimal(num, (unsigned)pid);
+    if (!cat(path, sizeof(path), n, "/status", NULL) || slurp(path, peer, sizeof(peer)) < 0)
         return 0;
     if (status_got < 0 && (status_got = slurp("/proc/self/status", status_text, sizeof(status_text))) < 0)
         return 0;
@@ -211,6 +225,12 @@ int same_privileges(pid_t pid)
         if (na != nb || memcmp(a, b, na))
             return 0;
     }
+    path[0] = '\0';
+    if (!cat(path, sizeof(path), "/proc/", n, "/ns/", NULL) || !same_namespace(path, "user"))
+        return 0;
+    for (int i = 0; all_namespaces && i < NNS; i++)
+        if (!same_namespace(path, NS[i]))
+            return 0;
     return 1;
 }
 #endif

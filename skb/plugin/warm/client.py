@@ -1,6 +1,8 @@
 """``skb warm status`` and ``skb warm stop`` as a client of the servers: their sockets in WARM_DIR."""
 import json
 import os
+import resource
+import select
 import socket
 import struct
 import time
@@ -8,20 +10,6 @@ import time
 from skb.plugin.warm import wire
 
 WARM_DIR = "/run/skb-cni/warm"
-
-
-def _ask(path, what, timeout=5.0):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.settimeout(timeout)
-    try:
-        s.connect(path)
-        _, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if uid != 0:
-            raise PermissionError(f"{path}: server is not root (uid {uid})")
-        s.send(what)
-        return s.recv(1 << 16)
-    finally:
-        s.close()
 
 
 def servers():
@@ -33,54 +21,81 @@ def servers():
     return [(n[:-5], os.path.join(WARM_DIR, n)) for n in names if n.endswith(".sock")]
 
 
-def _each(fn):
-    """fn(key, path) for every server at once (threads: a stopped or blocked server costs the command its
-    timeout once, not once per server), in the sockets' order."""
-    import threading  # (the command's, never a plugin's call path)
-    found = servers()
-    out = [None] * len(found)
+def _ask_all(found, what, timeout):
+    """Send ``what`` to every socket of ``found`` at once, from this one thread (a stopped, blocked or
+    silent listener costs the command one ``timeout`` in all, however many there are; no thread that a low
+    limit could refuse): per socket its answer (bytes), or the OSError (socket.timeout: none in time)."""
+    room = max(16, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 64)  # sockets open at a time
+    out = {}
+    for at in range(0, len(found), room):
+        out.update(_ask_some([path for _, path in found[at:at + room]], what, timeout))
+    return [out[path] for _, path in found]
 
-    def one(i, key, path):
-        out[i] = fn(key, path)
-    threads = [threading.Thread(target=one, args=(i, *kp), daemon=True) for i, kp in enumerate(found)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+
+def _ask_some(paths, what, timeout):
+    out, waiting, poll = {}, {}, select.poll()
+    try:
+        for path in paths:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
+            try:
+                s.connect(path)  # (a full backlog: EAGAIN at once, not a wait)
+                _, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+                if uid != 0:
+                    raise PermissionError(f"{path}: server is not root (uid {uid})")
+                s.send(what)
+            except OSError as e:
+                s.close()
+                out[path] = e
+                continue
+            waiting[s.fileno()] = (s, path)
+            poll.register(s, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            for fd, _ in poll.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                s, path = waiting.pop(fd)
+                poll.unregister(fd)
+                try:
+                    out[path] = s.recv(1 << 16)
+                except OSError as e:
+                    out[path] = e
+                s.close()
+    finally:
+        for s, path in waiting.values():
+            out[path] = socket.timeout("timed out")
+            s.close()
     return out
 
 
-def _status(key, path):
+def _status(key, answer):
     try:
-        return json.loads(_ask(path, wire.STATUS))
+        if isinstance(answer, OSError):
+            raise answer
+        return json.loads(answer)
     except (OSError, ValueError) as e:
         return {"key": key, "error": str(e)}
 
 
 def status_all():
-    return _each(_status)
+    found = servers()
+    return [_status(key, a) for (key, _), a in zip(found, _ask_all(found, wire.STATUS, 5.0))]
 
 
-def _stop(key, path):
-    """(key, pid) of a server that was asked to stop; pid None when it did not say its pid (stopped,
-    blocked: it is asked all the same, and stops once it runs again); None when there is none there."""
+def _pid(answer):
     try:
-        pid = json.loads(_ask(path, wire.STATUS)).get("pid")
-    except (OSError, ValueError):
-        pid = None
-    try:
-        _ask(path, wire.STOP, timeout=0.5)
-    except socket.timeout:
-        pass  # (queued: it answers once it runs)
-    except OSError:
+        return json.loads(answer).get("pid") if isinstance(answer, bytes) else None
+    except (ValueError, AttributeError):
         return None
-    return key, pid
 
 
 def stop_all(wait=10.0):
     """Ask every server to stop; wait until each has ended (its in-flight calls finish first), up to
     ``wait`` in all."""
-    stopped = [s for s in _each(_stop) if s]
+    found = servers()
+    pids = [_pid(a) for a in _ask_all(found, wire.STATUS, 5.0)]
+    # Every server is asked to stop, one that did not say its pid too (stopped, blocked: the request waits on
+    # its socket, and it stops once it runs again); only one that is not there (no listener) is left out.
+    stopped = [(key, pid) for (key, _), pid, a in zip(found, pids, _ask_all(found, wire.STOP, 0.5))
+               if not isinstance(a, OSError) or isinstance(a, socket.timeout)]
     deadline = time.monotonic() + wait
     for key, pid in stopped:
         while pid and time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
