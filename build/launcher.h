@@ -43,7 +43,7 @@ void snapshot_begin(void);
 int own_fds(int *out, int max);
 uint64_t fnv1a(const char *s, size_t n);
 /* Whether process pid has our ids, capabilities, no_new_privs, seccomp mode and memory nodes. */
-int same_privileges(pid_t pid, int all_namespaces);
+int same_privileges(pid_t pid);
 
 /* Offer the call to the context's warm server. Returns only when the call is to go by exec; once the call
  * has begun in the server's child, exits as that child ended. */

@@ -121,7 +121,7 @@ static int listening(int dir, const char *name)
         return 1;
     live = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
            getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.uid == 0 && cred.pid > 0 &&
-           same_privileges(cred.pid, 0);
+           same_privileges(cred.pid);
     close(s);
     return live;
 }
@@ -435,7 +435,7 @@ static int connect_server(struct call *c, struct msg *req, const char *bindir, c
     socklen_t cl = sizeof(cred);
     unsigned char secret[PROOF_LEN];
     if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
-        !same_privileges(cred.pid, 1) || !proof_of_reading(cred.pid, secret) || !still_the_peer(c->sock))
+        !same_privileges(cred.pid) || !proof_of_reading(cred.pid, secret) || !still_the_peer(c->sock))
         return 0;
     rec(req, REC_PROOF, secret, PROOF_LEN); /* (last: request() left room for it) */
     return !req->oom && send(c->sock, req->p, req->n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)req->n;
