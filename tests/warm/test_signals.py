@@ -110,7 +110,10 @@ def test_a_signal_sent_to_the_launcher_reaches_the_call(wbin, tmp_path, make_net
     for mode, extra in (("warm", {}), ("cold", COLD)):
         marker = tmp_path / f"int-{mode}"
         conf = {"cniOutput": str(marker), "inject": {"ADD": {"delayMs": 20000}}}
-        p = _debug_call(wbin, tmp_path, ns, conf, extra, f"int{mode}")
+        # (SIGINT at its default in the plugin's caller: a suite started in the background by a shell
+        # without job control inherits it ignored, and so would an exec'd plugin, which then never sees it)
+        p = _debug_call(wbin, tmp_path, ns, conf, extra, f"int{mode}",
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         wait_for(lambda: marker.exists(), "the call to be in its delay")
         os.kill(p.pid, signal.SIGINT)
         out, err = p.communicate(timeout=30)
