@@ -102,6 +102,20 @@ static int in_dir(struct sockaddr_un *sa, int dir, const char *name, const char 
     return 1;
 }
 
+/* Whether the process that listens on sock is still alive, so that the pid whose privileges and proof we
+ * read (SO_PEERCRED's) was not recycled meanwhile: its pidfd (SO_PEERPIDFD, Linux 6.5) says so. A kernel
+ * without it: taken as alive (a residue, docs/WARM.md "Who may ask"). */
+static int still_the_peer(int sock)
+{
+    int pidfd = -1;
+    socklen_t l = sizeof(pidfd);
+    if (getsockopt(sock, SOL_SOCKET, SKB_SO_PEERPIDFD, &pidfd, &l) || pidfd < 0)
+        return errno == ENOPROTOOPT; /* (EINVAL, on 6.5-6.15: the listener is gone) */
+    int alive = syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0 || errno == EPERM;
+    close(pidfd);
+    return alive;
+}
+
 /* Whether the socket name in dir has a server listening: a connect, closed at once (a server drops a
  * connection that closes without a request), to a listener with our privileges in our user namespace (as
  * a server started by a caller like us has; its other namespaces may be others: callers that make a new
@@ -121,7 +135,7 @@ static int listening(int dir, const char *name)
         return 1;
     live = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
            getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.uid == 0 && cred.pid > 0 &&
-           same_privileges(cred.pid);
+           same_privileges(cred.pid) && still_the_peer(s); /* (its pid not recycled by a privileged process) */
     close(s);
     return live;
 }
@@ -160,7 +174,7 @@ static int room_for_a_server(int dir)
  * never waits for it. It stays in the caller's session, which the context compares: its children then
  * share the caller's session, and with it the kernel's CPU autogroup where that applies. At most one
  * attempt per SPAWN_EVERY seconds per context (a marker file's mtime), and none while MAX_SERVERS are
- * running (callers that make a new namespace per call must not pile servers up). */
+ * running (callers that make a new namespace per call must not pile servers up: the detached child looks). */
 static void spawn(int dir, const char *key, const char *bindir, const char *loader, const char *libpath,
                   const char *program)
 {
@@ -178,8 +192,6 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
             utimensat(dir, marker, NULL, AT_SYMLINK_NOFOLLOW))
             return;
     }
-    if (!room_for_a_server(dir)) /* (after the marker: a full dir is read at most once per SPAWN_EVERY) */
-        return;
     char k1[128] = "_PYI_ARCHIVE_FILE=", lc[3][256] = {"LC_ALL=", "LC_CTYPE=", "LANG="};
     char *env[8] = {k1, "_PYI_PARENT_PROCESS_LEVEL=0", "_PYI_LINUX_PROCESS_NAME=skb-warm",
                     "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
@@ -208,6 +220,10 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
          * whole life (a lock, a pipe's write end, a namespace) */
         if (setpgid(0, 0) < 0 || syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) != 0)
             _exit(0); /* (raw clones: the C library's fork is not for a child of a raw clone) */
+        /* Room for it, looked for here, detached: the caller never waits for a full dir's reading (a dir a
+         * root process filled with sockets would cost every call of a context made per call, 0.1-1 s). */
+        if (!room_for_a_server(dir))
+            _exit(0);
         if (syscall(SYS_close_range, 3, ~0U, 0) != 0) { /* (ENOSYS before Linux 5.9) */
             struct rlimit nofile = {0, 0};
             getrlimit(RLIMIT_NOFILE, &nofile);
@@ -378,20 +394,6 @@ static int proof_of_reading(pid_t pid, unsigned char *secret)
         ok = pread(fd, secret, PROOF_LEN, 0) == PROOF_LEN;
     close(fd);
     return ok;
-}
-
-/* Whether the process that listens on sock is still alive, so that the pid whose privileges and proof we
- * read (SO_PEERCRED's) was not recycled meanwhile: its pidfd (SO_PEERPIDFD, Linux 6.5) says so. A kernel
- * without it: taken as alive (a residue, docs/WARM.md "Who may ask"). */
-static int still_the_peer(int sock)
-{
-    int pidfd = -1;
-    socklen_t l = sizeof(pidfd);
-    if (getsockopt(sock, SOL_SOCKET, SKB_SO_PEERPIDFD, &pidfd, &l) || pidfd < 0)
-        return errno == ENOPROTOOPT; /* (EINVAL, on 6.5-6.15: the listener is gone) */
-    int alive = syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0 || errno == EPERM;
-    close(pidfd);
-    return alive;
 }
 
 /* One message with fds (SCM_RIGHTS), never blocking, never raising SIGPIPE. */

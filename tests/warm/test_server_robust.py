@@ -1106,7 +1106,7 @@ def test_sockets_of_killed_servers_keep_no_context_from_a_server(tmp_path):
     the OOM killer) leaves its socket behind, and nothing removes it: after 16 such, no new context (a
     runtime restarted in a new session, say) ever got a server again, and its every call went by exec,
     silently. The launcher now counts, at that count, only the sockets a server listens on."""
-    os.makedirs(WARM_DIR, exist_ok=True)
+    os.makedirs(WARM_DIR, mode=0o700, exist_ok=True)  # (as the launcher makes it: it uses no other)
     stale = [os.path.join(WARM_DIR, f"deadbeef{i:08x}.sock") for i in range(16)]
     for path in stale:  # (bound, never listened on, closed: as a killed server's, ECONNREFUSED)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -1134,7 +1134,7 @@ held = []
 for i in range(n):  # names that sort before any server's; never an accept
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.bind(os.path.join(sys.argv[1], "%016x.sock" % i))
-    s.listen(4)
+    s.listen(4096)  # (a backlog no test fills: a full one refuses connects, and is not counted)
     held.append(s)
 print("listening", flush=True)
 sys.stdin.read()
@@ -1157,13 +1157,78 @@ def _unplant(p, where, n):
         os.unlink(os.path.join(where, "%016x.sock" % i))
 
 
-def test_listeners_of_a_root_process_without_capabilities_keep_no_context_from_a_server(tmp_path):
+def _listener_of_a_dead_process(path):
+    """A socket listening on path, made by a root process without capabilities that passed it on to us
+    and ended: (the socket, the dead process's pid, which SO_PEERCRED still names)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            import ctypes
+            hdr, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+            if ctypes.CDLL(None).capset(hdr, caps) == 0:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                s.bind(path)
+                s.listen(4096)
+                socket.send_fds(b, [b"x"], [s.fileno()])
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    _, fds, _, _ = socket.recv_fds(a, 10, 1)
+    a.close()
+    b.close()
+    return socket.socket(fileno=fds[0]), pid
+
+
+def _peer_pid(path):
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.connect(path)
+    try:
+        return struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    finally:
+        c.close()
+
+
+def _recycled_listeners(n):
+    """n sockets in the socket dir whose listener, a root process without capabilities, ended, its pid
+    recycled by a privileged process (forced here with ns_last_pid, in the sandbox's pid namespace; on a
+    node, any root daemon started later): (sockets, those processes)."""
+    socks, holders = [], []
+    for i in range(n):
+        path = os.path.join(WARM_DIR, "%016x.sock" % i)
+        for _ in range(10):  # (another process of the sandbox may take the pid first)
+            s, dead = _listener_of_a_dead_process(path)
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(dead - 1))
+            p = subprocess.Popen(["sleep", "600"])
+            if p.pid == dead:
+                break
+            p.kill()
+            p.wait()
+            s.close()
+            os.unlink(path)
+        else:
+            pytest.fail("no pid recycled")
+        assert _peer_pid(path) == p.pid
+        socks.append(s)
+        holders.append(p)
+    return socks, holders
+
+
+@pytest.mark.parametrize("how", ["listening", "pid-recycled"])
+def test_listeners_of_a_root_process_without_capabilities_keep_no_context_from_a_server(tmp_path, how):
     """A root process without capabilities may bind and listen in the root-owned socket dir. At 16 sockets
     the launcher counted every one with a listener as a server: 16 such listeners kept every new context
     from a server, for good (review 7). It now counts only a listener with its privileges in its user
-    namespace; and it looks at a full dir at most once per 10 s per context, not on every call."""
-    os.makedirs(WARM_DIR, exist_ok=True)
-    planted = _plant_listeners(WARM_DIR, 16, ["setpriv", "--bounding-set=-all", "--inh-caps=-all"])
+    namespace, still the process whose pid it read (review 8: the listener that ended, its pid taken by a
+    privileged process, passed the privileges check); and it reads the dir in the detached child that
+    starts the server, so a full dir costs no call anything."""
+    os.makedirs(WARM_DIR, mode=0o700, exist_ok=True)  # (as the launcher makes it: it uses no other)
+    if how == "listening":
+        planted = _plant_listeners(WARM_DIR, 16, ["setpriv", "--bounding-set=-all", "--inh-caps=-all"])
+        socks, holders = [], [planted]
+    else:
+        socks, holders = _recycled_listeners(16)
     bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
     try:
         srv = ensure_server(bindir)
@@ -1173,7 +1238,13 @@ def test_listeners_of_a_root_process_without_capabilities_keep_no_context_from_a
         assert srv["pid"] == the_server(bindir)["pid"]
     finally:
         stop_servers(bindir)
-        _unplant(planted, WARM_DIR, 16)
+        for p in holders:
+            p.kill()
+            p.wait()
+        for s in socks:
+            s.close()
+        for i in range(16):
+            os.unlink(os.path.join(WARM_DIR, "%016x.sock" % i))
 
 
 def test_stop_with_a_thousand_silent_listeners_under_a_low_limit(tmp_path):
