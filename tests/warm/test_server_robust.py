@@ -1127,13 +1127,13 @@ def test_sockets_of_killed_servers_keep_no_context_from_a_server(tmp_path):
 
 _LISTENERS = r"""
 import os, resource, socket, sys
-n = int(sys.argv[2])
+n, first = int(sys.argv[2]), int(sys.argv[3])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 64), hard))
 held = []
 for i in range(n):  # names that sort before any server's; never an accept
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.bind(os.path.join(sys.argv[1], "%016x.sock" % i))
+    s.bind(os.path.join(sys.argv[1], "%016x.sock" % (first + i)))
     s.listen(4096)  # (a backlog no test fills: a full one refuses connects, and is not counted)
     held.append(s)
 print("listening", flush=True)
@@ -1141,20 +1141,21 @@ sys.stdin.read()
 """
 
 
-def _plant_listeners(where, n, prefix=()):
+def _plant_listeners(where, n, prefix=(), first=0):
     """n sockets in ``where`` with a listener that never accepts (by a root process without capabilities
-    with ``prefix``), until the returned process is killed."""
-    p = subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _LISTENERS, where, str(n)], stdin=subprocess.PIPE,
+    with ``prefix``), named from ``first`` on, until the returned process is killed."""
+    p = subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _LISTENERS, where, str(n), str(first)],
+                         stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout.readline() == b"listening\n", p.stderr.read()
     return p
 
 
-def _unplant(p, where, n):
+def _unplant(p, where, n, first=0):
     p.kill()
     p.wait()
     for i in range(n):
-        os.unlink(os.path.join(where, "%016x.sock" % i))
+        os.unlink(os.path.join(where, "%016x.sock" % (first + i)))
 
 
 def _listener_of_a_dead_process(path):
@@ -1373,3 +1374,75 @@ def test_silent_connections_at_a_high_rate_keep_no_call_from_its_spare(wbin):
         assert int(failed) < int(made) // 20, seconds
     assert served(wbin) == before + 40
     assert the_server(wbin)["pid"] == srv["pid"]
+
+
+_GARBAGE = r"""
+import os, select, socket, sys
+answers = [b"1", b"[]", b'{"key": "x"}', b'{"pid": "self"}', b'{"pid": 1}', b"\xff" * 70000]
+socks = {}
+for i, a in enumerate(answers):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(os.path.join(sys.argv[1], "%016x.sock" % (0xfffffffffffffa0 + i)))
+    s.listen(64)
+    socks[s.fileno()] = (s, a)
+print("listening", flush=True)
+while True:
+    for fd in select.select(list(socks), [], [])[0]:
+        s, a = socks[fd]
+        c, _ = s.accept()
+        try:
+            c.recv(100)
+            c.send(a)
+        except OSError:
+            pass
+        c.close()
+"""
+
+_STATUS_UNDER_A_LIMIT = r"""
+import argparse, json, os, sys, time
+from skb.plugin.warm import client
+from skb.tool import warm
+client.WARM_DIR = sys.argv[1]
+held = [os.open("/dev/null", os.O_RDONLY) for _ in range(20)]  # (fds its caller left open)
+at = time.monotonic()
+entries = client.status_all()
+took = time.monotonic() - at
+warm.command(argparse.Namespace(action="status", json=False))
+print(json.dumps({"took": took, "entries": entries}))
+"""
+
+
+def test_status_under_a_low_fd_limit_with_silent_and_lying_listeners(tmp_path):
+    """`skb warm status` with 64 silent listeners and 6 that answer what no server would (a number, a list,
+    a pid that is not theirs, 70 KB of junk), under an fd limit of 60 with 20 fds already open (review 8):
+    the one-thread client asked them in batches with a timeout each (25 s), ran out of fds (an internal
+    error), and took any answer for a server's (the text output crashed on one). It now asks within one
+    timeout for all, as many at a time as the limit leaves room for (those it has no room for in time are
+    sent the request unanswered, and shown as not answering: here the planted ones come after the
+    server, by name), and a status counts only as a JSON object whose pid is its listener's: the real
+    server's entry is right, and each other one is an error."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    srv = ensure_server(bindir)
+    links = "/run/skb-cni/test-status-limit"  # (not under /tmp: a link needs the sockets' filesystem)
+    os.makedirs(links)
+    os.link(os.path.join(WARM_DIR, srv["key"] + ".sock"), os.path.join(links, srv["key"] + ".sock"))
+    silent = _plant_listeners(links, 64, first=0xf000000000000000)  # (asked after the server: below)
+    liars = subprocess.Popen(["/usr/bin/python3", "-c", _GARBAGE, links], stdout=subprocess.PIPE)
+    try:
+        assert liars.stdout.readline() == b"listening\n"
+        p = subprocess.run(["prlimit", "--nofile=60:60", sys.executable, "-c", _STATUS_UNDER_A_LIMIT, links],
+                           capture_output=True, text=True, timeout=120, cwd=os.getcwd())
+        assert p.returncode == 0, p.stderr[-3000:]
+        text, got = p.stdout.rsplit("\n", 2)[0], json.loads(p.stdout.rsplit("\n", 2)[1])
+        good = [e for e in got["entries"] if "error" not in e]
+        assert [e["pid"] for e in good] == [srv["pid"]] and len(got["entries"]) == 71
+        assert f"{srv['key']}: pid {srv['pid']}" in text and text.count("not answering") == 70
+        assert got["took"] < 9  # one 5 s timeout for all, not one per batch (a bound on the wait, not a speed)
+    finally:
+        liars.kill()
+        liars.wait()
+        _unplant(silent, links, 64, 0xf000000000000000)
+        for name in os.listdir(links):
+            os.unlink(os.path.join(links, name))
+        os.rmdir(links)
+        stop_servers(bindir)

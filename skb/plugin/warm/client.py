@@ -1,4 +1,5 @@
 """``skb warm status`` and ``skb warm stop`` as a client of the servers: their sockets in WARM_DIR."""
+import collections
 import json
 import os
 import resource
@@ -22,76 +23,113 @@ def servers():
 
 
 def _ask_all(found, what, timeout):
-    """Send ``what`` to every socket of ``found`` at once, from this one thread (a stopped, blocked or
-    silent listener costs the command one ``timeout`` in all, however many there are; no thread that a low
-    limit could refuse): per socket its answer (bytes), or the OSError (socket.timeout: none in time)."""
-    room = max(16, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 64)  # sockets open at a time
-    out = {}
-    for at in range(0, len(found), room):
-        out.update(_ask_some([path for _, path in found[at:at + room]], what, timeout))
-    return [out[path] for _, path in found]
-
-
-def _ask_some(paths, what, timeout):
+    """Send ``what`` to every socket of ``found`` at once, from this one thread, within one ``timeout`` for
+    all (a stopped, blocked or silent listener costs the command that timeout once, however many there
+    are; no thread that a low limit could refuse): per socket (answer bytes, the listener's pid), or the
+    OSError (socket.timeout: none in time). As many sockets are open at a time as the fd limit leaves
+    room for; those not yet asked when the time is up are still sent ``what`` (a stop request waits on its
+    socket), without waiting for an answer."""
+    _more_fds()
+    deadline = time.monotonic() + timeout
     out, waiting, poll = {}, {}, select.poll()
+    todo = collections.deque(path for _, path in found)
     try:
-        for path in paths:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
-            try:
-                s.connect(path)  # (a full backlog: EAGAIN at once, not a wait)
-                _, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-                if uid != 0:
-                    raise PermissionError(f"{path}: server is not root (uid {uid})")
-                s.send(what)
-            except OSError as e:
-                s.close()
-                out[path] = e
+        while todo or waiting:
+            late, free = time.monotonic() >= deadline, _room()
+            while todo and (late or not waiting or free > 0):
+                path, free = todo.popleft(), free - 1
+                try:
+                    s, pid = _send(path, what)
+                except OSError as e:
+                    out[path] = e
+                    continue
+                if late:
+                    out[path] = socket.timeout("timed out")
+                    s.close()
+                    continue
+                waiting[s.fileno()] = (s, path, pid)
+                poll.register(s, select.POLLIN)
+            if not waiting:
                 continue
-            waiting[s.fileno()] = (s, path)
-            poll.register(s, select.POLLIN)
-        deadline = time.monotonic() + timeout
-        while waiting and time.monotonic() < deadline:
+            if late:
+                break
             for fd, _ in poll.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                s, path = waiting.pop(fd)
+                s, path, pid = waiting.pop(fd)
                 poll.unregister(fd)
                 try:
-                    out[path] = s.recv(1 << 16)
+                    out[path] = (s.recv(1 << 16), pid)
                 except OSError as e:
                     out[path] = e
                 s.close()
     finally:
-        for s, path in waiting.values():
+        for s, path, _ in waiting.values():
             out[path] = socket.timeout("timed out")
             s.close()
-    return out
+    return [out[path] for _, path in found]
 
 
-def _status(key, answer):
+def _send(path, what):
+    """A connected socket (non-blocking: a full backlog is EAGAIN at once, not a wait) to a root listener,
+    ``what`` sent on it, and the listener's pid."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
     try:
-        if isinstance(answer, OSError):
-            raise answer
-        return json.loads(answer)
+        s.connect(path)
+        pid, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if uid != 0:
+            raise PermissionError(f"{path}: server is not root (uid {uid})")
+        s.send(what)
+        return s, pid
+    except BaseException:
+        s.close()
+        raise
+
+
+def _more_fds():
+    """The soft fd limit raised to the hard one (this command's own: many sockets may be asked at once)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
+
+
+def _room():
+    """How many sockets may be open at once: the fds the limit leaves free, less a margin."""
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        used = 64
+    return max(1, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - used - 16)
+
+
+def _answer(key, got):
+    """A server's status: a JSON object with a pid, the listener's own (SO_PEERCRED; 0 when the listener
+    is in a pid namespace this command cannot see); anything else, an error entry (a listener that is no
+    server of ours, or none in time)."""
+    try:
+        if isinstance(got, OSError):
+            raise got
+        data, pid = got
+        status = json.loads(data)
+        own = status.get("pid") if isinstance(status, dict) else None
+        if type(own) is not int or own <= 0 or (pid and own != pid):
+            raise ValueError("not a warm-start server's answer")
+        return status
     except (OSError, ValueError) as e:
         return {"key": key, "error": str(e)}
 
 
 def status_all():
     found = servers()
-    return [_status(key, a) for (key, _), a in zip(found, _ask_all(found, wire.STATUS, 5.0))]
-
-
-def _pid(answer):
-    try:
-        return json.loads(answer).get("pid") if isinstance(answer, bytes) else None
-    except (ValueError, AttributeError):
-        return None
+    return [_answer(key, got) for (key, _), got in zip(found, _ask_all(found, wire.STATUS, 5.0))]
 
 
 def stop_all(wait=10.0):
     """Ask every server to stop; wait until each has ended (its in-flight calls finish first), up to
     ``wait`` in all."""
     found = servers()
-    pids = [_pid(a) for a in _ask_all(found, wire.STATUS, 5.0)]
+    pids = [_answer(key, got).get("pid") for (key, _), got in zip(found, _ask_all(found, wire.STATUS, 5.0))]
     # Every server is asked to stop, one that did not say its pid too (stopped, blocked: the request waits on
     # its socket, and it stops once it runs again); only one that is not there (no listener) is left out.
     stopped = [(key, pid) for (key, _), pid, a in zip(found, pids, _ask_all(found, wire.STOP, 0.5))
