@@ -37,6 +37,7 @@
 #define WARM_OFF ".skb-warm-off"
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
 #define MAX_SERVERS 16      /* no new server while this many servers listen in the dir */
+#define MAX_ENTRIES 16384   /* nor in a dir with more entries than this */
 #define MAX_REQUEST (160 << 10) /* bytes, the proof included (skb/plugin/warm/wire.py MAX_REQUEST): larger, exec */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
 #define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/admission.py PROOF_FD) */
@@ -142,20 +143,24 @@ static int listening(int dir, const char *name)
 
 /* True when the dir holds fewer than MAX_SERVERS sockets (getdents on a dup of the dir fd) or, at that
  * count, fewer than MAX_SERVERS with a server listening: the sockets of killed servers, which nothing
- * removes, never keep a new context from a server of its own. */
+ * removes, never keep a new context from a server of its own. A dir of more than MAX_ENTRIES entries is
+ * no servers' (each context leaves up to 4 files there, until the next boot): no room, after a bounded read
+ * (a root process that filled it, with hundreds of thousands, would have each new context's starter read
+ * and connect for a second: a few ms at this bound). */
 static int room_for_a_server(int dir)
 {
     char b[4096];
-    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n, socks = 0, live = 0;
-    long got;
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n, socks = 0, live = 0, entries = 0;
+    long got = -1;
     if (fd < 0)
         return 0;
     for (int pass = 0; pass < 2 && live < MAX_SERVERS; pass++) {
         if (pass && (socks < MAX_SERVERS || lseek(fd, 0, SEEK_SET) != 0))
             break;
-        while ((got = syscall(SYS_getdents64, fd, b, sizeof(b))) > 0)
+        while (entries <= MAX_ENTRIES && (got = syscall(SYS_getdents64, fd, b, sizeof(b))) > 0)
             for (long off = 0; off < got; off += n) {
                 n = *(unsigned short *)(b + off + 16);  /* d_reclen */
+                entries += !pass;
                 if (b[off + 18] != 12 /* DT_SOCK */)
                     continue;
                 if (!pass)
@@ -163,11 +168,11 @@ static int room_for_a_server(int dir)
                 else if (live < MAX_SERVERS && listening(dir, b + off + 19 /* d_name */))
                     live++;
             }
-        if (got != 0)
+        if (got != 0 || entries > MAX_ENTRIES)
             break;
     }
     close(fd);
-    return got == 0 && (socks < MAX_SERVERS || live < MAX_SERVERS);
+    return got == 0 && entries <= MAX_ENTRIES && (socks < MAX_SERVERS || live < MAX_SERVERS);
 }
 
 /* Start a server for this context, detached (a process group of its own, stdio on /dev/null): the caller
@@ -220,16 +225,14 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
          * whole life (a lock, a pipe's write end, a namespace) */
         if (setpgid(0, 0) < 0 || syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) != 0)
             _exit(0); /* (raw clones: the C library's fork is not for a child of a raw clone) */
-        /* Room for it, looked for here, detached: the caller never waits for a full dir's reading (a dir a
-         * root process filled with sockets would cost every call of a context made per call, 0.1-1 s). */
-        if (!room_for_a_server(dir))
-            _exit(0);
-        if (syscall(SYS_close_range, 3, ~0U, 0) != 0) { /* (ENOSYS before Linux 5.9) */
-            struct rlimit nofile = {0, 0};
+        /* (the socket dir kept, as fd 3, for the count of servers below; closed by the exec) */
+        if ((dir != 3 && dup3(dir, 3, O_CLOEXEC) < 0) || syscall(SYS_close_range, 4, ~0U, 0) != 0) {
+            struct rlimit nofile = {0, 0}; /* (close_range: ENOSYS before Linux 5.9) */
             getrlimit(RLIMIT_NOFILE, &nofile);
-            for (rlim_t fd = 3; fd < nofile.rlim_cur && fd < (1 << 20); fd++)
+            for (rlim_t fd = 4; fd < nofile.rlim_cur && fd < (1 << 20); fd++)
                 close((int)fd);
         }
+        dir = 3;
         int null = open("/dev/null", O_RDWR);
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
             _exit(1);
@@ -250,6 +253,11 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
         syscall(SYS_sched_setscheduler, 0, SCHED_OTHER, &other);
         /* Nor its real-time (or idle) I/O class: the server's own is the default one, from its nice. */
         syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, 0 /* IOPRIO_CLASS_NONE */);
+        /* Room for it, looked for here, detached and holding none of the caller's fds: the caller never
+         * waits for the reading of a dir a root process filled (a context made per call would pay it on
+         * every call), and its stdout reaches EOF when its plugin ends. */
+        if (!room_for_a_server(dir))
+            _exit(0);
         char *args[] = {(char *)loader, "--library-path", (char *)libpath, "--inhibit-cache", "--argv0",
                         (char *)program, (char *)program, "--warm-serve", (char *)key, (char *)bindir, NULL};
         execve(loader, args, env);

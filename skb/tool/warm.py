@@ -45,15 +45,18 @@ def command(opts):
         if "error" in s:
             print(f"{s['key']}: not answering ({s['error']})")
             continue
-        refused = ", ".join(f"{k} {v}" for k, v in sorted(s["refused"].items())) or "none"
-        print(f"{s['key']}: pid {s['pid']}, bundle {s['bundle']}{' (stopping: ' + s['stopping'] + ')' if s['stopping'] else ''}\n"
-              f"  served {s['served']}, refused {refused}; children {s['children']} now, {s['peakChildren']} at most "
-              f"(cap {s['maxChildren']}); idle {s['idleSeconds']} s\n"
-              f"  server RSS {s['rssKB']} KB; per call (median of the last 64): child peak RSS {s['childMaxRssKB']} KB, "
-              f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit "
-              f"(p90 {s.get('acceptToExitP90Ms')} ms), {s['acceptToForkMs']} ms accept to hand-off "
-              f"(p90 {s.get('acceptToForkP90Ms')} ms)\n"
-              f"  spare child: {'pid ' + str(s['sparePid']) if s.get('sparePid') else 'none now'}, "
-              + (f"learning (reports the pages its call writes; {s.get('prefaultPages', 0)} learnt so far)"
-                 if s.get("spareLearns") else f"faulting in {s.get('prefaultPages', 0)} learnt pages ahead of its call"))
+        try:  # (a status with fields missing or of another type: a server of another version, or no server)
+            refused = ", ".join(f"{k} {v}" for k, v in sorted(s["refused"].items())) or "none"
+            print(f"{s['key']}: pid {s['pid']}, bundle {s['bundle']}{' (stopping: ' + s['stopping'] + ')' if s['stopping'] else ''}\n"
+                  f"  served {s['served']}, refused {refused}; children {s['children']} now, {s['peakChildren']} at most "
+                  f"(cap {s['maxChildren']}); idle {s['idleSeconds']} s\n"
+                  f"  server RSS {s['rssKB']} KB; per call (median of the last 64): child peak RSS {s['childMaxRssKB']} KB, "
+                  f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit "
+                  f"(p90 {s.get('acceptToExitP90Ms')} ms), {s['acceptToForkMs']} ms accept to hand-off "
+                  f"(p90 {s.get('acceptToForkP90Ms')} ms)\n"
+                  f"  spare child: {'pid ' + str(s['sparePid']) if s.get('sparePid') else 'none now'}, "
+                  + (f"learning (reports the pages its call writes; {s.get('prefaultPages', 0)} learnt so far)"
+                     if s.get("spareLearns") else f"faulting in {s.get('prefaultPages', 0)} learnt pages ahead of its call"))
+        except (KeyError, TypeError, AttributeError, ValueError):
+            print(f"{s.get('key')}: pid {s.get('pid')}, an answer this version cannot read")
     return 0

@@ -1379,7 +1379,8 @@ def test_silent_connections_at_a_high_rate_keep_no_call_from_its_spare(wbin):
 
 _GARBAGE = r"""
 import os, select, socket, sys
-answers = [b"1", b"[]", b'{"key": "x"}', b'{"pid": "self"}', b'{"pid": 1}', b"\xff" * 70000]
+answers = [b"1", b"[]", b'{"key": "x"}', b'{"pid": "self"}', b'{"pid": 1}', b"\xff" * 70000, b"[" * 60000,
+           b'{"pid": %d}' % os.getpid()]
 socks = {}
 for i, a in enumerate(answers):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -1414,21 +1415,25 @@ print(json.dumps({"took": took, "entries": entries}))
 
 
 def test_status_under_a_low_fd_limit_with_silent_and_lying_listeners(tmp_path):
-    """`skb warm status` with 64 silent listeners and 6 that answer what no server would (a number, a list,
-    a pid that is not theirs, 70 KB of junk), under an fd limit of 60 with 20 fds already open (review 8):
+    """`skb warm status` with 64 silent listeners and 8 that answer what no server would (a number, a list,
+    a pid that is not theirs, 70 KB of junk; review 9: JSON nested too deep to decode, which crashed both
+    commands, and a status with the liar's own pid, from a root process without capabilities, which
+    passed), under an fd limit of 60 with 20 fds already open (review 8):
     the one-thread client asked them in batches with a timeout each (25 s), ran out of fds (an internal
     error), and took any answer for a server's (the text output crashed on one). It now asks within one
     timeout for all, as many at a time as the limit leaves room for (those it has no room for in time are
     sent the request unanswered, and shown as not answering: here the planted ones come after the
-    server, by name), and a status counts only as a JSON object whose pid is its listener's: the real
-    server's entry is right, and each other one is an error."""
+    server, by name), and a status counts only as a JSON object whose pid is its listener's, a listener
+    with at least the command's capabilities in its user namespace: the real server's entry is right, and
+    each other one is an error."""
     bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
     srv = ensure_server(bindir)
     links = "/run/skb-cni/test-status-limit"  # (not under /tmp: a link needs the sockets' filesystem)
     os.makedirs(links)
     os.link(os.path.join(WARM_DIR, srv["key"] + ".sock"), os.path.join(links, srv["key"] + ".sock"))
     silent = _plant_listeners(links, 64, first=0xf000000000000000)  # (asked after the server: below)
-    liars = subprocess.Popen(["/usr/bin/python3", "-c", _GARBAGE, links], stdout=subprocess.PIPE)
+    liars = subprocess.Popen(["setpriv", "--bounding-set=-all", "--inh-caps=-all", "/usr/bin/python3", "-c", _GARBAGE,
+                              links], stdout=subprocess.PIPE)
     try:
         assert liars.stdout.readline() == b"listening\n"
         p = subprocess.run(["prlimit", "--nofile=60:60", sys.executable, "-c", _STATUS_UNDER_A_LIMIT, links],
@@ -1436,8 +1441,8 @@ def test_status_under_a_low_fd_limit_with_silent_and_lying_listeners(tmp_path):
         assert p.returncode == 0, p.stderr[-3000:]
         text, got = p.stdout.rsplit("\n", 2)[0], json.loads(p.stdout.rsplit("\n", 2)[1])
         good = [e for e in got["entries"] if "error" not in e]
-        assert [e["pid"] for e in good] == [srv["pid"]] and len(got["entries"]) == 71
-        assert f"{srv['key']}: pid {srv['pid']}" in text and text.count("not answering") == 70
+        assert [e["pid"] for e in good] == [srv["pid"]] and len(got["entries"]) == 73
+        assert f"{srv['key']}: pid {srv['pid']}" in text and text.count("not answering") == 72
         assert got["took"] < 9  # one 5 s timeout for all, not one per batch (a bound on the wait, not a speed)
     finally:
         liars.kill()
@@ -1446,4 +1451,30 @@ def test_status_under_a_low_fd_limit_with_silent_and_lying_listeners(tmp_path):
         for name in os.listdir(links):
             os.unlink(os.path.join(links, name))
         os.rmdir(links)
+        stop_servers(bindir)
+
+
+def test_a_full_socket_dir_never_holds_a_callers_stdout(tmp_path):
+    """The count of servers (at most 16) reads the socket dir in the detached child that would start a
+    server. It read it before closing the caller's fds, so with a dir a root process had filled (here
+    20,000 sockets of ended listeners) a new context's first call ended while its stdout stayed open
+    until the read was done (review 9: 0.7-1 s with 150,000), and a runtime that reads to EOF waited. The
+    child now closes them first; and it reads at most 16,384 entries (a dir with more is no servers')."""
+    os.makedirs(WARM_DIR, mode=0o700, exist_ok=True)  # (as the launcher makes it: it uses no other)
+    planted = [os.path.join(WARM_DIR, "%016x.sock" % (0xe000000000000000 + i)) for i in range(20000)]
+    for path in planted:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.bind(path)
+        s.close()
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))  # (a new context: its first call)
+    try:
+        p = subprocess.Popen([os.path.join(bindir, "loopback")], env=cni_env("VERSION"), stdout=subprocess.PIPE)
+        p.wait(timeout=30)
+        os.set_blocking(p.stdout.fileno(), False)
+        out = p.stdout.read()
+        assert p.returncode == 0 and json.loads(out)["cniVersion"]
+        assert os.read(p.stdout.fileno(), 1) == b""  # EOF at once: no other process holds the pipe
+    finally:
+        for path in planted:
+            os.unlink(path)
         stop_servers(bindir)
