@@ -117,13 +117,10 @@ static int still_the_peer(int sock)
     return alive;
 }
 
-/* Whether the socket name in dir has a server listening: a connect, closed at once (a server drops a
- * connection that closes without a request), to a listener with our privileges in our user namespace (as
- * a server started by a caller like us has; its other namespaces may be others: callers that make a new
- * namespace per call must not pile servers up). A server killed (SIGKILL, the OOM killer) leaves its
- * socket behind (ECONNREFUSED); a root process without capabilities may listen on sockets of its own
- * there, to keep new contexts from a server: neither counts. (Nor a server whose backlog is full, at
- * the cost of one server more.) */
+/* Whether the socket name in dir has a server listening: a connect, closed at once, to a listener with
+ * our privileges in our user namespace, still the process whose privileges were read (its other
+ * namespaces may be others: callers that make a namespace per call must not pile servers up). Neither a
+ * killed server's socket (ECONNREFUSED) nor a capability-less root's listener counts (nor a full backlog). */
 static int listening(int dir, const char *name)
 {
     struct sockaddr_un sa;
@@ -142,11 +139,9 @@ static int listening(int dir, const char *name)
 }
 
 /* True when the dir holds fewer than MAX_SERVERS sockets (getdents on a dup of the dir fd) or, at that
- * count, fewer than MAX_SERVERS with a server listening: the sockets of killed servers, which nothing
- * removes, never keep a new context from a server of its own. A dir of more than MAX_ENTRIES entries is
- * no servers' (each context leaves up to 4 files there, until the next boot): no room, after a bounded read
- * (a root process that filled it, with hundreds of thousands, would have each new context's starter read
- * and connect for a second: a few ms at this bound). */
+ * count, fewer than MAX_SERVERS with a server listening (killed servers' sockets, which nothing removes,
+ * never keep a new context from a server). A dir of more than MAX_ENTRIES entries is no servers' (each
+ * context leaves up to 4 files, until boot): no room, after a bounded read (a few ms). */
 static int room_for_a_server(int dir)
 {
     char b[4096];
