@@ -191,16 +191,6 @@ static const char *status_line(const char *text, const char *key)
     }
 }
 
-/* Whether namespace ns of process pid (its /proc/<pid>/ns/ path) is ours. */
-static int same_namespace(const char *proc, const char *ns)
-{
-    char path[64] = "", own[48] = "/proc/self/ns/";
-    struct stat a, b;
-    strncat(own, ns, sizeof(own) - strlen(own) - 1);
-    return cat(path, sizeof(path), proc, ns, NULL) && stat(path, &a) == 0 && stat(own, &b) == 0 &&
-           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
 /* Whether process pid has our privileges: the key's lines of its /proc/<pid>/status (ids, groups,
  * capabilities, no_new_privs, seccomp, memory nodes) are ours, in our user namespace (the capability lines
  * are a process's capabilities in its own user namespace: a root process without any, in a user namespace
@@ -225,8 +215,10 @@ int same_privileges(pid_t pid)
         if (na != nb || memcmp(a, b, na))
             return 0;
     }
+    struct stat a, b; /* (the user namespace: /proc/<pid>/ns/user, ours) */
     path[0] = '\0';
-    return cat(path, sizeof(path), "/proc/", n, "/ns/", NULL) && same_namespace(path, "user");
+    return cat(path, sizeof(path), "/proc/", n, "/ns/user", NULL) && stat(path, &a) == 0 &&
+           stat("/proc/self/ns/user", &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 #endif
 

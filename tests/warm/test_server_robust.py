@@ -1134,13 +1134,13 @@ def _a_new_context_is_served(tmp_path):
 
 _LISTENERS = r"""
 import os, resource, socket, sys
-n, first, prefix = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+n, name = int(sys.argv[2]), sys.argv[3]
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 64), hard))
 held = []
 for i in range(n):  # names that sort before any server's; never an accept
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.bind(os.path.join(sys.argv[1], "%s%016x.sock" % (prefix, first + i)))
+    s.bind(os.path.join(sys.argv[1], "%s%016x.sock" % (name, i)))
     s.listen(4096)  # (a backlog no test fills: a full one refuses connects, and is not counted)
     held.append(s)
 print("listening", flush=True)
@@ -1151,7 +1151,7 @@ sys.stdin.read()
 def _plant_listeners(where, n, prefix=(), name=""):
     """n sockets in ``where`` with a listener that never accepts (by a root process without capabilities
     with ``prefix``), named ``name`` and a number, until the returned process is killed."""
-    p = subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _LISTENERS, where, str(n), "0", name],
+    p = subprocess.Popen([*prefix, "/usr/bin/python3", "-c", _LISTENERS, where, str(n), name],
                          stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout.readline() == b"listening\n", p.stderr.read()
