@@ -6,6 +6,7 @@ call must have gone: served (the state adopted), refused for a reason (by exec),
 different context: this install's server never saw it)."""
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -154,6 +155,26 @@ def test_netns_passed_as_an_inherited_fd(wbin, make_netns):
         outs[mode] = (p.returncode, p.stdout, "UP" in flags)
         assert served(wbin) == before + (1 if mode == "warm" else 0)
     assert outs["warm"] == outs["cold"] and outs["warm"][0] == 0 and outs["warm"][2], outs
+
+
+def test_what_the_caller_passed_on_is_closed_when_its_wait_returns(wbin):
+    """A caller passes a pipe's write end on to the plugin, waits for it, and looks at once whether the read
+    end is at its end: with an exec'd plugin it always is (its whole exit closed every fd), so with a warm
+    one too, although the child may still be ending (it sent X first)."""
+    exe = os.path.join(wbin, "loopback")
+    for mode, extra in (("warm", {}), ("cold", COLD)):
+        before, still_open = served(wbin), 0
+        for _ in range(60):
+            r, w = os.pipe()
+            p = subprocess.Popen([exe], env=cni_env("VERSION", **extra), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(w,))
+            os.close(w)
+            assert p.wait(timeout=30) == 0
+            if not select.select([r], [], [], 0)[0] or os.read(r, 1) != b"":
+                still_open += 1
+            os.close(r)
+        assert served(wbin) == before + (60 if mode == "warm" else 0)
+        assert still_open == 0, f"{mode}: the pipe was still open after {still_open} of 60 calls had returned"
 
 
 def test_guard_knows_the_callers_pid(wbin):

@@ -507,9 +507,11 @@ def _report_exit_early(conn, chan=None):
     def _exit(code):
         try:
             if os.getpid() == me:
-                # The caller's stdio goes first (its output is flushed: nothing is buffered past os._exit):
-                # a runtime reading pipes waits for their last writer.
-                os.closerange(0, 3)
+                # Every fd goes first, but the launcher's connection and the channel (its output is flushed:
+                # nothing is buffered past os._exit): a runtime reading pipes waits for their last writer,
+                # and what the caller passed on (a lock, a pipe) is closed, as an exec'd plugin's whole exit
+                # has closed it, by the time its wait() returns.
+                close_all_but([c] + ([chan.fileno()] if chan else []))
                 try:  # disarm the launcher-death SIGKILL first: the launcher ends as soon as it has read this
                     fcntl.fcntl(c, fcntl.F_SETFL, fcntl.fcntl(c, fcntl.F_GETFL) & ~os.O_ASYNC)
                     conn.send(wire.exited((code & 0xFF) << 8), socket.MSG_DONTWAIT)
