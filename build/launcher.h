@@ -44,6 +44,11 @@ int own_fds(int *out, int max);
 uint64_t fnv1a(const char *s, size_t n);
 /* Whether process pid has our ids, capabilities, no_new_privs, seccomp mode and memory nodes. */
 int same_privileges(pid_t pid);
+#define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/admission.py PROOF_FD) */
+#define PROOF_LEN 32        /* bytes of the secret in it (skb/plugin/warm/admission.py PROOF_LEN) */
+#define PROOF_NAME "skb-warm-proof-" /* its name, before the server's key (admission.py PROOF_NAME) */
+/* The secret of server pid's proof file, if we may read it: 1 (-1: the server of another context); 0 if not. */
+int proof_of_reading(pid_t pid, const char *key, unsigned char *secret);
 
 /* Offer the call to the context's warm server. Returns only when the call is to go by exec; once the call
  * has begun in the server's child, exits as that child ended. */

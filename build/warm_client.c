@@ -40,8 +40,6 @@
 #define MAX_ENTRIES 16384   /* nor in a dir with more entries than this */
 #define MAX_REQUEST (160 << 10) /* bytes, the proof included (skb/plugin/warm/wire.py MAX_REQUEST): larger, exec */
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
-#define PROOF_FD "255"      /* the server's fd of its proof file (skb/plugin/warm/admission.py PROOF_FD) */
-#define PROOF_LEN 32        /* bytes of the secret in it (admission.py PROOF_LEN) */
 #define REC_PROOF 'K'
 #define SKB_SO_PEERPIDFD 77 /* (asm-generic; older libc headers lack it) */
 #define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
@@ -91,11 +89,11 @@ static int safe_dir(int at, const char *name, mode_t mode, mode_t forbidden)
 }
 
 /* The address of name + ext in the socket dir, reached through our fd of it (a rename of the dir cannot
- * redirect us); 0 when it does not fit. */
+ * redirect us), or of the file of fd dir itself (name NULL); 0 when it does not fit. */
 static int in_dir(struct sockaddr_un *sa, int dir, const char *name, const char *ext)
 {
     char path[sizeof(sa->sun_path)] = "/proc/self/fd/", num[12];
-    if (!cat(path, sizeof(path), decimal(num, (unsigned)dir), "/", name, ext, NULL))
+    if (!cat(path, sizeof(path), decimal(num, (unsigned)dir), name ? "/" : NULL, name, ext, NULL))
         return 0;
     memset(sa, 0, sizeof(*sa));
     sa->sun_family = AF_UNIX;
@@ -377,28 +375,6 @@ static int request(struct msg *m, const struct msg *snap, const char *applet, in
     return !m->oom;
 }
 
-/* The secret in the file the server holds at fd PROOF_FD, read through /proc/<pid>/fd, which only a
- * process allowed to read the server's process (PTRACE_MODE_READ) may open; 0 if we may not. Landlock lets
- * a process in a domain read only processes in that domain or one nested in it: the server checks the
- * same of us, and the two answers together say that the server's children are in our Landlock domain, the
- * one an exec'd plugin keeps (row 31). The secret goes with the request as the proof: bytes, not an fd,
- * so that a request carries no fd at all (a server can then refuse every fd a client would pass it:
- * SO_PASSRIGHTS). O_NONBLOCK: a FIFO there cannot block us; only a regular file of the secret's size. */
-static int proof_of_reading(pid_t pid, unsigned char *secret)
-{
-    char path[48] = "/proc/", num[12];
-    if (!cat(path, sizeof(path), decimal(num, (unsigned)pid), "/fd/" PROOF_FD, NULL))
-        return 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), ok = 0;
-    if (fd < 0)
-        return 0;
-    struct stat st;
-    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size == PROOF_LEN)
-        ok = pread(fd, secret, PROOF_LEN, 0) == PROOF_LEN;
-    close(fd);
-    return ok;
-}
-
 /* One message with fds (SCM_RIGHTS), never blocking, never raising SIGPIPE. */
 static int send_fds(int sock, const void *p, size_t n, const int *fds, size_t nfds)
 {
@@ -413,6 +389,31 @@ static int send_fds(int sock, const void *p, size_t n, const int *fds, size_t nf
     return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n;
 }
 
+/* Connect c->sock to <key>.sock in the socket dir: the socket file itself, opened without following a
+ * link (O_PATH), then reached through that fd. A symlink there (a root process's to plant) would cost every
+ * call the walk of its chain; it, or anything but a socket, fails as a missing socket (ENOENT), which a
+ * new server's rename replaces. 0 on failure, with errno (ECONNREFUSED: a socket nobody listens on). */
+static int connect_socket_file(struct call *c)
+{
+    char name[sizeof(c->key) + 5] = "";
+    struct sockaddr_un sa;
+    struct stat st;
+    int at = cat(name, sizeof(name), c->key, ".sock", NULL) ? openat(c->dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+                                                            : -1;
+    if (at < 0)
+        return 0;
+    int ok = 0; /* (O_PATH | O_NOFOLLOW opens a symlink itself) */
+    if (fstat(at, &st) || !S_ISSOCK(st.st_mode))
+        errno = ENOENT;
+    else if (in_dir(&sa, at, NULL, NULL) &&
+             (c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) >= 0)
+        ok = connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    int e = errno;
+    close(at);
+    errno = e;
+    return ok;
+}
+
 /* Connect to the context's server through the checked socket dir (a rename of the dir cannot redirect
  * us), check it is root and that we may read it (proof_of_reading), and send the request with the proof,
  * and no fd: the caller's own fds go with GO (handshake), once a child has the call, so that a request
@@ -425,13 +426,7 @@ static int connect_server(struct call *c, struct msg *req, const char *bindir, c
         return 0;
     if ((c->run = safe_dir(AT_FDCWD, RUN_DIR, 0755, 022)) < 0 || (c->dir = safe_dir(c->run, WARM_DIR, 0700, 077)) < 0)
         return 0;
-    struct sockaddr_un sa;
-    if (!in_dir(&sa, c->dir, c->key, ".sock"))
-        return 0;
-    c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (c->sock < 0)
-        return 0;
-    if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    if (!connect_socket_file(c)) {
         if (errno == ENOENT || errno == ECONNREFUSED)
             spawn(c->dir, c->key, bindir, loader, libpath, program);
         return 0;
@@ -439,9 +434,12 @@ static int connect_server(struct call *c, struct msg *req, const char *bindir, c
     struct ucred cred;
     socklen_t cl = sizeof(cred);
     unsigned char secret[PROOF_LEN];
+    int proof = 0;
     if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
-        !same_privileges(cred.pid) || !proof_of_reading(cred.pid, secret) || !still_the_peer(c->sock))
+        !same_privileges(cred.pid) || !(proof = proof_of_reading(cred.pid, c->key, secret)) || !still_the_peer(c->sock))
         return 0;
+    if (proof < 0) /* (another context's server, which refuses the call: our own replaces the link) */
+        spawn(c->dir, c->key, bindir, loader, libpath, program);
     rec(req, REC_PROOF, secret, PROOF_LEN); /* (last: request() left room for it) */
     return !req->oom && send(c->sock, req->p, req->n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)req->n;
 }

@@ -220,6 +220,34 @@ int same_privileges(pid_t pid)
     return cat(path, sizeof(path), "/proc/", n, "/ns/user", NULL) && stat(path, &a) == 0 &&
            stat("/proc/self/ns/user", &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
+
+/* The secret in the file the server holds at fd PROOF_FD, read through /proc/<pid>/fd, which only a
+ * process allowed to read the server's process (PTRACE_MODE_READ) may open; 0 if we may not. Landlock lets
+ * a process in a domain read only processes in that domain or one nested in it: the server checks the
+ * same of us, and the two answers together say that the server's children are in our Landlock domain, the
+ * one an exec'd plugin keeps (row 31). The secret goes with the request as the proof: bytes, not an fd,
+ * so that a request carries no fd at all (a server can then refuse every fd a client would pass it:
+ * SO_PASSRIGHTS). O_NONBLOCK: a FIFO there cannot block us; only a regular file of the secret's size.
+ * The file's name holds the server's key (it checked its own context hashes to it): -1 (the secret read)
+ * for a server of another context, whose socket a hard link put at our socket's name. */
+int proof_of_reading(pid_t pid, const char *key, unsigned char *secret)
+{
+    char path[48] = "/proc/", num[12], name[64], want[64] = "/memfd:" PROOF_NAME;
+    if (!cat(path, sizeof(path), decimal(num, (unsigned)pid), "/fd/" PROOF_FD, NULL) ||
+        !cat(want, sizeof(want), key, " (deleted)", NULL))
+        return 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), ok = 0;
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    ssize_t n = (path[0] = '\0', cat(path, sizeof(path), "/proc/self/fd/", decimal(num, (unsigned)fd), NULL)) ?
+                readlink(path, name, sizeof(name)) : -1;
+    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size == PROOF_LEN &&
+        pread(fd, secret, PROOF_LEN, 0) == PROOF_LEN)
+        ok = n == (ssize_t)strlen(want) && !memcmp(name, want, (size_t)n) ? 1 : -1;
+    close(fd);
+    return ok;
+}
 #endif
 
 

@@ -9,6 +9,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import subprocess
@@ -1478,4 +1479,73 @@ def test_a_full_socket_dir_never_holds_a_callers_stdout(tmp_path):
     finally:
         for path in planted:
             os.unlink(path)
+        stop_servers(bindir)
+
+
+def _calls_until(bindir, pred, what):
+    """Loopback VERSION calls of this test's context (each correct, warm or not) until pred() holds."""
+    exe = os.path.join(bindir, "loopback")
+
+    def step():
+        p = run_plugin(exe, cni_env("VERSION"))
+        assert p.rc == 0 and '"supportedVersions"' in p.stdout, p
+        return pred()
+    return wait_for(step, what, 40)  # (a context starts a server at most every 10 s)
+
+
+def test_a_symlink_at_the_socket_name_is_never_followed_and_gets_replaced(tmp_path):
+    """A root process may write the socket dir, and put a symlink at a context's socket name: a chain of
+    them costs each connect() its walk, more than the exec it ends in. The launcher never follows a link
+    there (here, to a listener of the test's: it never sees a connection) and starts a server, whose
+    socket replaces the link."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    decoy = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        name = os.path.join(WARM_DIR, ensure_server(bindir)["key"] + ".sock")
+        stop_servers(bindir)
+        decoy.bind(str(tmp_path / "decoy.sock"))
+        decoy.listen(64)
+        decoy.setblocking(False)
+        os.symlink(tmp_path / "decoy.sock", name + ".link")
+        os.rename(name + ".link", name)
+        _calls_until(bindir, lambda: stat.S_ISSOCK(os.lstat(name).st_mode) and servers(bindir),
+                     "a server whose socket replaced the link")
+        with pytest.raises(BlockingIOError):
+            decoy.accept()
+        before = served(bindir)
+        assert run_plugin(os.path.join(bindir, "loopback"), cni_env("VERSION")).rc == 0
+        assert served(bindir) == before + 1
+    finally:
+        decoy.close()
+        stop_servers(bindir)
+
+
+def test_a_hard_link_to_another_contexts_socket_gets_replaced(tmp_path):
+    """A root process may hard-link another context's socket (the same caller's in another session) at
+    this context's name: its server stops (its socket was replaced), and every call went to the other
+    server, whose child refused it only once it had the caller's fds, for good (the launcher started a
+    server only when there was no socket). The server's proof names its key: the launcher starts this
+    context's server, whose socket replaces the link."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    other = Caller(bindir, prefix=["setsid"])
+    try:
+        ours = ensure_server(bindir)
+        name = os.path.join(WARM_DIR, ours["key"] + ".sock")
+
+        def theirs():
+            assert other()[0] == 0
+            return next((s for s in servers(bindir) if s["key"] != ours["key"]), None)
+        their = wait_for(theirs, "the other session's server", 40)
+        os.link(os.path.join(WARM_DIR, their["key"] + ".sock"), name + ".link")
+        os.rename(name + ".link", name)
+        wait_for(lambda: pid_gone(ours["pid"]), "our server to stop (its socket was replaced)")
+        _calls_until(bindir, lambda: os.lstat(name).st_ino != os.lstat(os.path.join(WARM_DIR, their["key"] + ".sock")
+                                                                       ).st_ino and len(servers(bindir)) == 2,
+                     "a server of our own again")
+        before = served(bindir)
+        assert run_plugin(os.path.join(bindir, "loopback"), cni_env("VERSION")).rc == 0
+        assert served(bindir) == before + 1
+        assert ask(name, b"S") and json.loads(ask(name, b"S"))["key"] == ours["key"]
+    finally:
+        other.close()
         stop_servers(bindir)

@@ -45,23 +45,25 @@ def label_line(snapshot):
 # other groups, another cgroup) by sending a snapshot that is not its own.
 ATTESTED = (b"Uid:", b"Gid:", b"Groups:", b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:", b"NoNewPrivs:",
             b"Seccomp:", b"Seccomp_filters:")
-PROOF_FD = 255      # where the server holds its proof file (build/warm_client.c PROOF_FD)
-PROOF_LEN = 32      # bytes of the secret in it (build/warm_client.c PROOF_LEN)
+PROOF_FD = 255      # where the server holds its proof file (build/launcher.h PROOF_FD)
+PROOF_LEN = 32      # bytes of the secret in it (build/launcher.h PROOF_LEN)
+PROOF_NAME = "skb-warm-proof-"  # its name, before the server's key: a launcher checks it (launcher.h PROOF_NAME)
 SO_PASSRIGHTS = 83  # Linux 6.16: whether a socket may be sent fds (SCM_RIGHTS) at all
 SO_PEERPIDFD = 77   # Linux 6.5: a pidfd of the process that connected (its pid cannot be another's meanwhile)
 
 
-def make_proof():
+def make_proof(key):
     """The server's proof file, a memfd of its own at PROOF_FD holding a random secret: the secret, or None
     when the fd is taken. A launcher reads it through /proc/<server pid>/fd, which needs leave to read the
-    server's process (row 31), and sends it with its request."""
+    server's process (row 31), and sends it with its request. The file is named after the server's ``key``:
+    a launcher whose socket's name leads to another context's server (a hard link) starts its own."""
     try:
         os.fstat(PROOF_FD)
         return None
     except OSError:
         pass
     secret = os.urandom(PROOF_LEN)
-    fd = os.memfd_create("skb-warm-proof", os.MFD_CLOEXEC)
+    fd = os.memfd_create(PROOF_NAME + key, os.MFD_CLOEXEC)
     os.write(fd, secret)
     os.dup2(fd, PROOF_FD, inheritable=False)
     os.close(fd)

@@ -151,7 +151,7 @@ class Server:
         except BlockingIOError:
             return "another server holds this context"
         self.bundle_id = _ident(os.stat(self.bundle))
-        self.proof_id = admission.make_proof()
+        self.proof_id = admission.make_proof(self.key)
         if self.proof_id is None:
             return f"fd {admission.PROOF_FD} is taken"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
