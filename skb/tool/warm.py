@@ -30,9 +30,11 @@ def command(opts):
     from skb.plugin.warm import client as warm
     if opts.action == "stop":
         stopped = warm.stop_all()
-        print(f"stopped {len(stopped)} warm-start server(s)" + "".join(
-            f"\n  {k} (pid {p})" if p else f"\n  {k} (not answering: asked to stop, it ends once it runs again)"
-            for k, p in stopped))
+        ended = sum(1 for _, _, e in stopped if e)
+        print(f"stopped {ended} warm-start server(s)" + (f" of {len(stopped)}" if ended < len(stopped) else "") + "".join(
+            f"\n  {k} (pid {p})" if e else
+            f"\n  {k} (pid {p}: still running, to finish its calls in flight; it ends when they have)" if p else
+            f"\n  {k} (not answering: asked to stop, it ends once it runs again)" for k, p, e in stopped))
         return 0
     servers = warm.status_all()
     if opts.json:
@@ -50,10 +52,12 @@ def command(opts):
             print(f"{s['key']}: pid {s['pid']}, bundle {s['bundle']}{' (stopping: ' + s['stopping'] + ')' if s['stopping'] else ''}\n"
                   f"  served {s['served']}, refused {refused}; children {s['children']} now, {s['peakChildren']} at most "
                   f"(cap {s['maxChildren']}); idle {s['idleSeconds']} s\n"
-                  f"  server RSS {s['rssKB']} KB; per call (median of the last 64): child peak RSS {s['childMaxRssKB']} KB, "
-                  f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit "
-                  f"(p90 {s.get('acceptToExitP90Ms')} ms), {s['acceptToForkMs']} ms accept to hand-off "
-                  f"(p90 {s.get('acceptToForkP90Ms')} ms)\n"
+                  f"  server RSS {s['rssKB']} KB; " + (
+                      "per call: none served yet\n" if s["acceptToExitMs"] is None else
+                      f"per call (median of the last 64): child peak RSS {s['childMaxRssKB']} KB, "
+                      f"own pages {s['childFaultedKB']} KB, {s['acceptToExitMs']} ms accept to exit "
+                      f"(p90 {s.get('acceptToExitP90Ms')} ms), {s['acceptToForkMs']} ms accept to hand-off "
+                      f"(p90 {s.get('acceptToForkP90Ms')} ms)\n") +
                   f"  spare child: {'pid ' + str(s['sparePid']) if s.get('sparePid') else 'none now'}, "
                   + (f"learning (reports the pages its call writes; {s.get('prefaultPages', 0)} learnt so far)"
                      if s.get("spareLearns") else f"faulting in {s.get('prefaultPages', 0)} learnt pages ahead of its call"))

@@ -1321,7 +1321,7 @@ def test_stop_reaches_servers_that_cannot_answer(tmp_path):
         for name in os.listdir(links):
             os.unlink(os.path.join(links, name))
         os.rmdir(links)
-    assert sorted(k for k, _ in stopped) == sorted(s["key"] for s in srvs)
+    assert sorted(k for k, *_ in stopped) == sorted(s["key"] for s in srvs)
     for s in srvs:
         wait_for(lambda: pid_gone(s["pid"]), f"server {s['pid']} to end once continued")
 

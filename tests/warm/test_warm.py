@@ -448,6 +448,28 @@ def test_warm_stop_and_status(wbin):
              "a server again", 60)
 
 
+def test_status_of_a_new_server_and_stop_during_a_long_call(tmp_path, make_netns):
+    """A server that has served no call yet (a context's first call goes by exec and starts it): `status`
+    says so (it printed "None KB" and "None ms"). `stop` while a call runs past its 10 s wait: it names
+    that server as still running (it said "stopped 1" of a server that went on for seconds)."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    skb = os.path.join(bindir, "skb")
+    try:
+        assert run_plugin(os.path.join(bindir, "loopback"), cni_env("VERSION")).rc == 0
+        srv = the_server(bindir)
+        out = subprocess.run([skb, "warm", "status"], capture_output=True, text=True, check=True).stdout
+        ours = out[out.index(srv["key"]):].split("\n  spare child")[0]
+        assert "per call: none served yet" in ours and "None" not in ours, out
+        p = slow_debug_call(bindir, tmp_path, 12000, make_netns("warmlong"))
+        wait_for(lambda: the_server(bindir)["children"] >= 1, "the long call in flight")
+        out = subprocess.run([skb, "warm", "stop"], capture_output=True, text=True, check=True).stdout
+        # (every server of the node is asked: this module's too, which ends)
+        assert f"{srv['key']} (pid {srv['pid']}: still running" in out and " of " in out.split("\n")[0], out
+        assert p.wait(timeout=30) == 0
+    finally:
+        stop_servers(bindir)
+
+
 def test_server_of_a_one_call_mount_namespace_ends(wbin):
     """A caller that makes a new mount namespace per call (as `ip netns exec` does) gets a server per
     namespace; each ends once no other process shares its namespace, instead of idling for minutes."""

@@ -133,7 +133,7 @@ def status_all():
 
 def stop_all(wait=10.0):
     """Ask every server to stop; wait until each has ended (its in-flight calls finish first), up to
-    ``wait`` in all."""
+    ``wait`` in all. (key, pid, whether it has ended) of each."""
     found = servers()
     pids = [_answer(key, got).get("pid") for (key, _), got in zip(found, _ask_all(found, wire.STATUS, 5.0))]
     # Every server is asked to stop, one that did not say its pid too (stopped, blocked: the request waits on
@@ -141,13 +141,17 @@ def stop_all(wait=10.0):
     stopped = [(key, pid) for (key, _), pid, a in zip(found, pids, _ask_all(found, wire.STOP, 0.5))
                if not isinstance(a, OSError) or isinstance(a, socket.timeout)]
     deadline = time.monotonic() + wait
+    ended = []
     for key, pid in stopped:
-        while pid and time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        break
-            except OSError:
-                break
+        while pid and not _ended(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-    return stopped
+        ended.append((key, pid, bool(pid) and _ended(pid)))
+    return ended
+
+
+def _ended(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
