@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.helpers import cni_env
-from tests.warm.support import served
+from tests.warm.support import ensure_server, install_copy, served, stop_servers
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
 
@@ -106,3 +106,31 @@ def test_doctor_shows_no_raw_bytes_of_a_process_and_judges_root_processes_only(w
     assert found["nobody"] == []
     assert len(found["root"]) == 1 and "\x1b" not in found["root"][0]["evidence"]
     assert "SKB_WARM=\\x1b[31m" in found["root"][0]["evidence"]
+
+
+def test_doctor_names_a_plugin_dir_with_the_opt_out_file(tmp_path):
+    """`.skb-warm-off` next to the launchers turns warm start off for every runtime: the doctor says so
+    for that dir (it said nothing), judged by the launcher (its call is not served), and not for the
+    same dir without the file."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    (tmp_path / "net.d").mkdir()
+
+    def notes():
+        p = subprocess.run([os.path.join(bindir, "skb"), "doctor", "--json", "--conf-dir", str(tmp_path / "net.d"),
+                            "--bin-dir", bindir, "--containerd-config", "", "--crio-config", "",
+                            "--crio-config-dir", "", "--no-version", "--no-status"],
+                           capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in p.stderr, p.stderr
+        out = json.loads(p.stdout)
+        return [f for f in out["problems"] + out["notes"] if f["code"] == "warm-start-off" and bindir in f["what"]]
+    try:
+        ensure_server(bindir)
+        assert notes() == []
+        (tmp_path / "bin" / ".skb-warm-off").touch()
+        before = served(bindir)
+        p = subprocess.run([os.path.join(bindir, "loopback")], env=cni_env("VERSION"), capture_output=True)
+        assert p.returncode == 0 and served(bindir) == before  # (the launcher did not ask its server)
+        found = notes()
+    finally:
+        stop_servers(bindir)
+    assert len(found) == 1 and found[0]["severity"] == "note" and ".skb-warm-off" in found[0]["evidence"], found

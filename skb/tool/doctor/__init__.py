@@ -63,6 +63,7 @@ What it checks, with the finding codes:
   running as root whose plugins never start warm, because of what they inherit from it: ``SKB_WARM`` set to turn it off,
   a variable acted on when a process starts (``LD_PRELOAD``, ``MALLOC_*``...), a uid other than root, a
   seccomp filter. The launcher then goes by exec without asking a server, so no server counts such calls.
+  Also a plugin dir of skb-cni's holding the opt-out file ``.skb-warm-off`` (every runtime's calls there).
 - ``runtime-config-invalid``: a runtime configuration that does not parse or has an unknown version is
   an error, and the doctor then checks no other directories (the runtime does not start).
 - ``--probe``: ADD of the pod network (the first file) with CRI's CNI_ARGS, then DEL, in a scratch node

@@ -10,7 +10,7 @@ from skb.tool.doctor.confdir import check_conf_dir, check_shadowing
 from skb.tool.doctor.plugins import (prefetch, check_plugins, check_declared_versions, check_status,
                                      check_runtime_bins)
 from skb.tool.doctor.node import check_host_lo, check_routing
-from skb.tool.doctor.warmcallers import check_warm_callers
+from skb.tool.doctor.warmcallers import check_warm_callers, check_warm_off_files
 from skb.tool.doctor.reservations import check_leaks
 from skb.tool.doctor.ipamconf import check_ipam
 from skb.tool.doctor.overlap import check_overlap
@@ -63,6 +63,7 @@ def run(opts, skip=()):
         check_routing(networks_seen, opts.cache_dir, findings)
         check_overlap(networks_seen, findings)
         check_warm_callers(findings)
+        check_warm_off_files(search, findings)
     if "leaks" not in skip:
         check_leaks(networks_seen, opts.cache_dir, findings, exhausted)
     _fold_probe(findings)

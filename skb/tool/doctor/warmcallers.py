@@ -14,6 +14,7 @@ ON = ("", "1", "true", "yes", "on")                           # SKB_WARM spellin
 NOT_AT_START = (b"LD_LIBRARY_PATH=", b"_PYI_ARCHIVE_FILE=", b"_PYI_PARENT_PROCESS_LEVEL=", b"_PYI_LINUX_PROCESS_NAME=")
 AT_START = (b"LD_", b"GLIBC_TUNABLES=", b"MALLOC_", b"LOCPATH=", b"GCONV_PATH=", b"_PYI_", b"_MEIPASS", b"PYINSTALLER_")
 ENVIRON_LIMIT = 4 << 20
+WARM_OFF = ".skb-warm-off"   # next to a launcher: its calls go by exec (build/warm_client.c WARM_OFF)
 
 
 def _shown(entry, width=60):
@@ -68,3 +69,17 @@ def check_warm_callers(findings, proc="/proc"):
                 "; ".join(reasons) + ". Its calls go by exec (correct, and slower); no warm server counts them",
                 "if that is not meant, remove it from the runtime's environment (its systemd unit's Environment= "
                 "or drop-in) or filter; SKB_WARM=0 is the way to mean it (docs/WARM.md)"))
+
+
+def check_warm_off_files(bin_dirs, findings):
+    """A plugin dir with the opt-out file: none of its plugins starts warm, whatever its runtime (the
+    launcher looks for the file next to itself)."""
+    for d in dict.fromkeys(bin_dirs):
+        off = os.path.join(d, WARM_OFF)
+        if os.path.lexists(off) and os.path.lexists(os.path.join(d, ".skb")):
+            findings.append(Finding(
+                "note", "warm-start-off", f"the skb-cni plugins in {_shown(d.encode(), 4096)} never start warm",
+                f"{_shown(off.encode(), 4096)} exists. Their calls go by exec (correct, and slower); no warm server counts them",
+                f"if that is not meant, remove {_shown(off.encode(), 4096)}; SKB_WARM=0 in a runtime's environment turns "
+                "warm start off for that runtime alone (docs/WARM.md)"))
+
