@@ -438,8 +438,10 @@ static int connect_server(struct call *c, struct msg *req, const char *bindir, c
     if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cred.uid != 0 || cred.pid <= 0 ||
         !same_privileges(cred.pid) || !(proof = proof_of_reading(cred.pid, c->key, secret)) || !still_the_peer(c->sock))
         return 0;
-    if (proof < 0) /* (another context's server, which refuses the call: our own replaces the link) */
+    if (proof < 0) { /* (another context's server, which would refuse the call: ours replaces the link) */
         spawn(c->dir, c->key, bindir, loader, libpath, program);
+        return 0;
+    }
     rec(req, REC_PROOF, secret, PROOF_LEN); /* (last: request() left room for it) */
     return !req->oom && send(c->sock, req->p, req->n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)req->n;
 }

@@ -31,10 +31,8 @@ def command(opts):
     if opts.action == "stop":
         stopped = warm.stop_all()
         ended = sum(1 for _, _, e in stopped if e)
-        print(f"stopped {ended} warm-start server(s)" + (f" of {len(stopped)}" if ended < len(stopped) else "") + "".join(
-            f"\n  {k} (pid {p})" if e else
-            f"\n  {k} (pid {p}: still running, to finish its calls in flight; it ends when they have)" if p else
-            f"\n  {k} (not answering: asked to stop, it ends once it runs again)" for k, p, e in stopped))
+        print(f"stopped {ended} warm-start server(s)" + (f" of {len(stopped)}" if ended < len(stopped) else "") +
+              "".join(f"\n  {key} ({_how_stopped(pid, e)})" for key, pid, e in stopped))
         return 0
     servers = warm.status_all()
     if opts.json:
@@ -64,3 +62,13 @@ def command(opts):
         except (KeyError, TypeError, AttributeError, ValueError):
             print(f"{s.get('key')}: pid {s.get('pid')}, an answer this version cannot read")
     return 0
+
+
+def _how_stopped(pid, ended):
+    if ended:
+        return f"pid {pid}"
+    if pid:
+        return f"pid {pid}: still running, to finish its calls in flight; it ends when they have"
+    if ended is None:
+        return "asked to stop; its pid namespace is not this command's: its end cannot be watched"
+    return "not answering: asked to stop, it ends once it runs again"

@@ -602,7 +602,7 @@ def _capture_request(wbin):
     fake.bind(path)
     fake.listen(1)
     fake.settimeout(30)
-    proof = os.memfd_create("fake-proof")  # (the launcher reads the server's fd 255 through /proc: ours here)
+    proof = os.memfd_create("skb-warm-proof-" + key)  # (the launcher reads the server's fd 255 through /proc: ours here)
     os.write(proof, os.urandom(32))
     os.dup2(proof, 255, inheritable=False)
     os.close(proof)
@@ -997,7 +997,7 @@ if sys.argv[3:] == ["userns"]:  # a user namespace of its own (no map needed), w
     caps = (ctypes.c_uint32 * 6)(want["CapEff"] & 0xffffffff, want["CapPrm"] & 0xffffffff, want["CapInh"] & 0xffffffff,
                                  want["CapEff"] >> 32, want["CapPrm"] >> 32, want["CapInh"] >> 32)
     assert libc.capset(hdr, caps) == 0, ctypes.get_errno()
-proof = os.open(report + ".proof", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+proof = os.memfd_create("skb-warm-proof-" + os.path.basename(path)[:-5])  # (named as a genuine server's proof)
 os.write(proof, b"x" * 32)
 os.dup2(proof, 255)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -1524,8 +1524,8 @@ def test_a_hard_link_to_another_contexts_socket_gets_replaced(tmp_path):
     """A root process may hard-link another context's socket (the same caller's in another session) at
     this context's name: its server stops (its socket was replaced), and every call went to the other
     server, whose child refused it only once it had the caller's fds, for good (the launcher started a
-    server only when there was no socket). The server's proof names its key: the launcher starts this
-    context's server, whose socket replaces the link."""
+    server only when there was no socket). The server's proof names its key: the launcher goes by exec
+    without offering the call, and starts this context's server, whose socket replaces the link."""
     bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
     other = Caller(bindir, prefix=["setsid"])
     try:
@@ -1536,16 +1536,40 @@ def test_a_hard_link_to_another_contexts_socket_gets_replaced(tmp_path):
             assert other()[0] == 0
             return next((s for s in servers(bindir) if s["key"] != ours["key"]), None)
         their = wait_for(theirs, "the other session's server", 40)
-        os.link(os.path.join(WARM_DIR, their["key"] + ".sock"), name + ".link")
+        theirs_at = os.path.join(WARM_DIR, their["key"] + ".sock")
+        os.link(theirs_at, name + ".link")
         os.rename(name + ".link", name)
         wait_for(lambda: pid_gone(ours["pid"]), "our server to stop (its socket was replaced)")
-        _calls_until(bindir, lambda: os.lstat(name).st_ino != os.lstat(os.path.join(WARM_DIR, their["key"] + ".sock")
-                                                                       ).st_ino and len(servers(bindir)) == 2,
+        refusals = json.loads(ask(theirs_at, b"S"))["refused"]
+        _calls_until(bindir, lambda: os.lstat(name).st_ino != os.lstat(theirs_at).st_ino and len(servers(bindir)) == 2,
                      "a server of our own again")
+        # (no call was offered to theirs: a link put back at once, again and again, would make them all refusals)
+        assert json.loads(ask(theirs_at, b"S"))["refused"] == refusals
         before = served(bindir)
         assert run_plugin(os.path.join(bindir, "loopback"), cni_env("VERSION")).rc == 0
         assert served(bindir) == before + 1
         assert ask(name, b"S") and json.loads(ask(name, b"S"))["key"] == ours["key"]
     finally:
         other.close()
+        stop_servers(bindir)
+
+
+def test_a_directory_at_the_socket_name_leaves_no_file_per_start(tmp_path):
+    """A directory at a context's socket name (a root process may make one) cannot be renamed over: each
+    server start (one per 10 s) failed, and left its socket's temporary name behind, one file per start,
+    until the dir held too many entries for any context to get a server. Calls go by exec."""
+    bindir = install_copy(os.environ["SKB_BIN_DIR"], str(tmp_path / "bin"))
+    try:
+        key = ensure_server(bindir)["key"]
+        stop_servers(bindir)
+        os.mkdir(os.path.join(WARM_DIR, key + ".sock"))
+        log = os.path.join(WARM_DIR, key + ".log")
+
+        def failed_starts():
+            with open(log, errors="replace") as f:
+                return f.read().count("Is a directory") >= 2
+        _calls_until(bindir, failed_starts, "two server starts that found the directory")
+        assert [n for n in os.listdir(WARM_DIR) if n.startswith(key + ".sock.")] == []
+    finally:
+        os.rmdir(os.path.join(WARM_DIR, key + ".sock"))
         stop_servers(bindir)

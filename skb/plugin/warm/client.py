@@ -133,19 +133,24 @@ def status_all():
 
 def stop_all(wait=10.0):
     """Ask every server to stop; wait until each has ended (its in-flight calls finish first), up to
-    ``wait`` in all. (key, pid, whether it has ended) of each."""
+    ``wait`` in all. (key, pid, whether it has ended: None when it cannot be told) of each server."""
     found = servers()
-    pids = [_answer(key, got).get("pid") for (key, _), got in zip(found, _ask_all(found, wire.STATUS, 5.0))]
+    said = [_answer(key, got) for (key, _), got in zip(found, _ask_all(found, wire.STATUS, 5.0))]
     # Every server is asked to stop, one that did not say its pid too (stopped, blocked: the request waits on
     # its socket, and it stops once it runs again); only one that is not there (no listener) is left out.
-    stopped = [(key, pid) for (key, _), pid, a in zip(found, pids, _ask_all(found, wire.STOP, 0.5))
+    asked = _ask_all(found, wire.STOP, 0.5)
+    stopped = [(key, s.get("pid"), "error" not in s) for (key, _), s, a in zip(found, said, asked)
                if not isinstance(a, OSError) or isinstance(a, socket.timeout)]
     deadline = time.monotonic() + wait
-    ended = []
-    for key, pid in stopped:
+    ended, seen = [], set()
+    for key, pid, answered in stopped:
+        if pid and pid in seen:
+            continue  # (one server under two names: a link at another context's name)
+        seen.add(pid)
         while pid and not _ended(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        ended.append((key, pid, bool(pid) and _ended(pid)))
+        # (None: it answered from a pid namespace we cannot see, so its end cannot be watched from here)
+        ended.append((key, pid, _ended(pid) if pid else None if answered else False))
     return ended
 
 

@@ -54,9 +54,8 @@ def check_dir(path, forbidden):
 
 
 def own_limits():
-    """Limits of the server's own, independent of the caller that started it: a caller with ``ulimit -n
-    40`` must not leave the server unable to serve a burst. Failures (a limit the kernel caps) are
-    ignored: the child adopts each call's limits anyway."""
+    """Limits of the server's own, independent of the caller that started it: a caller with ``ulimit -n 40``
+    must not leave the server unable to serve a burst. Failures (a limit the kernel caps) are ignored."""
     for r, soft, hard in ((resource.RLIMIT_NOFILE, OWN_NOFILE, OWN_NOFILE),
                           (resource.RLIMIT_NPROC, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
                           (resource.RLIMIT_SIGPENDING, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
@@ -158,7 +157,11 @@ class Server:
         admission.pass_rights(self.sock, False)  # (its connections too: no fd reaches a request's reader)
         tmp, path = f"{self.key}.sock.{os.getpid()}", f"{self.key}.sock"
         self.sock.bind(f"/proc/self/fd/{self.dir}/" + tmp)
-        os.rename(tmp, path, src_dir_fd=self.dir, dst_dir_fd=self.dir)
+        try:
+            os.rename(tmp, path, src_dir_fd=self.dir, dst_dir_fd=self.dir)
+        except OSError as e:  # (a directory there, say: the name bound is ours to remove, one per start)
+            os.unlink(tmp, dir_fd=self.dir)
+            return f"its socket's name cannot be had: {e}"
         self.sock_id = _ident(os.stat(path, dir_fd=self.dir, follow_symlinks=False))
         self.sock.listen(128)
         self.sock.setblocking(False)
