@@ -56,7 +56,8 @@ def make_proof(key):
     """The server's proof file, a memfd of its own at PROOF_FD holding a random secret: the secret, or None
     when the fd is taken. A launcher reads it through /proc/<server pid>/fd, which needs leave to read the
     server's process (row 31), and sends it with its request. The file is named after the server's ``key``:
-    a launcher whose socket's name leads to another context's server (a hard link) starts its own."""
+    a launcher whose socket's name leads to another context's server (a hard link) goes by exec, and starts
+    its own."""
     try:
         os.fstat(PROOF_FD)
         return None
