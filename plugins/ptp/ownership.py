@@ -14,14 +14,19 @@ from skb.linux.netlink import NotFound
 TAG_PREFIX = "skb-cni ptp "
 
 
+def attachment_digest(network, container_id, ifname):
+    """The hash (hex) the attachment's host veth name, alias and lock (lock.py) are derived from."""
+    return sha512_hex(f"{network}\0{container_id}\0{ifname}")
+
+
 def host_veth_name(network, container_id, ifname):
     """``veth`` + 8 hex digits of a hash of the attachment: DEL can find the host end without the netns."""
-    return "veth" + sha512_hex(f"{network}\0{container_id}\0{ifname}")[:8]
+    return "veth" + attachment_digest(network, container_id, ifname)[:8]
 
 
 def attachment_tag(network, container_id, ifname):
     """The alias ADD gives the host veth: which attachment it belongs to, whatever its name becomes."""
-    return TAG_PREFIX + sha512_hex(f"{network}\0{container_id}\0{ifname}")[:32]
+    return TAG_PREFIX + attachment_digest(network, container_id, ifname)[:32]
 
 
 class Ownership:

@@ -20,7 +20,9 @@ from skb.linux.netlink import Exists, NotFound, RtNetlink
 from skb.linux.netlink_codec import IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE
 
 from skb_plugins.ptp.config import PtpConf, plan_addresses
-from skb_plugins.ptp.ownership import TAG_PREFIX, Ownership, attachment_tag, host_veth_name, verified_peer
+from skb_plugins.ptp.lock import lock_attachment
+from skb_plugins.ptp.ownership import (TAG_PREFIX, Ownership, attachment_digest, attachment_tag, host_veth_name,
+                                       verified_peer)
 
 _VETH_TRIES = 10
 # What a ptp call imports only on the paths that need it (ADD's checks and sysctls, CHECK), so that an
@@ -60,7 +62,9 @@ def cmd_add(call):
         with RtNetlink() as hnl, RtNetlink.for_netns(ns) as cnl:
             # Before IPAM: a repeated ADD of a live attachment must fail here. Our host-local answers it
             # with the attachment's current address, and undoing that reservation would take it from the
-            # live pod.
+            # live pod. Under the attachment's lock, so that an ADD or DEL of it running beside this one
+            # cannot pass or undo the checks meanwhile (lock.py).
+            lock_attachment(attachment_digest(conf.name, args.container_id, args.ifname))
             _ifname_free(args, cnl)
             _attachment_free(args, conf, hnl)
             ipam_result = call.ipam.add()
@@ -234,6 +238,7 @@ def _enable_forwarding(addrs):
 
 def cmd_del(call):
     args, conf = call.args, call.conf
+    lock_attachment(attachment_digest(conf.name, args.container_id, args.ifname))   # (see cmd_add)
     mine = Ownership(conf.name, args, _prev_result_quietly(conf))
     ns = guard.open_target(args)
     if ns is not None:

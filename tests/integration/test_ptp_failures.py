@@ -244,3 +244,41 @@ def test_gc_without_a_list_keeps_masquerading(ours, make_netns, data_dir):
     assert ours("GC", dict(conf, **{"cni.dev/valid-attachments": []})).rc == 0
     assert masq_chain_rules() == []
     assert ours.delete(conf, nspath(ns)).rc == 0
+
+
+@pytest.mark.parametrize("netns_of_second", ["same", "another"])
+def test_two_adds_of_one_attachment_at_once_leave_the_pod_its_address(bin_dir, make_netns, data_dir, tmp_path,
+                                                                       netns_of_second):
+    """A runtime that retries an ADD while the first still runs (same container id and ifname; the same
+    netns, or another one): one ADD makes the pod, the other fails, and the pod keeps its address
+    reserved. An IPAM plugin that takes a second over ADD holds both calls between the checks ptp makes
+    before IPAM and the veth; before the attachment lock, the loser's undo (an IPAM DEL of the
+    attachment) released the winner's address, which host-local then hands to the next pod."""
+    from concurrent.futures import ThreadPoolExecutor
+    cni = tmp_path / "cni"
+    cni.mkdir()
+    script(str(cni / "slow-ipam"), f'[ "$CNI_COMMAND" = ADD ] && sleep 1\nexec {bin_dir}/host-local "$@"\n')
+    ptp = Ptp(os.path.join(bin_dir, "ptp"), f"{cni}:{bin_dir}")
+    conf = ptp_conf(data_dir)
+    conf["ipam"]["type"] = "slow-ipam"
+    first = make_netns()
+    nets = [first, first if netns_of_second == "same" else make_netns()]
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda ns: ptp.add(conf, nspath(ns)), nets))
+    made = [(r, ns) for r, ns in zip(runs, nets) if r.rc == 0]
+    failed = [r for r in runs if r.rc != 0]
+    assert len(made) == 1 and len(failed) == 1, runs
+    assert "already exists" in failed[0].json["msg"], failed[0]
+    result, ns = made[0]
+    ip = result.json["ips"][0]["address"].split("/")[0]
+    in_pod = [a["local"] for link in ip_json("addr", "show", "dev", "eth0", netns=ns) for a in link["addr_info"]]
+    assert ip in in_pod
+    assert list(reservations(data_dir)) == [ip]          # the live pod's address is still reserved
+    assert len(host_veths()) == 1
+    # and the next pod gets another address
+    other = make_netns()
+    r = ptp.add(conf, nspath(other), containerid="ctr2")
+    assert r.rc == 0 and r.json["ips"][0]["address"].split("/")[0] != ip, r
+    for cid, n in (("ctr1", ns), ("ctr2", other)):
+        assert ptp.delete(conf, nspath(n), containerid=cid).rc == 0
+    assert reservations(data_dir) == {} and host_veths() == []
