@@ -41,9 +41,12 @@ class PtpConf(config.NetConf):
     def check(self, decoding, where):
         command = decoding.command
         if command in _ADD_CHECK_STATUS:
+            if self.mtu < 0:    # the reference leaves a negative mtu to the kernel, as it does 0
+                config.set_attr(self, "mtu", 0)
             if self.mtu and not 68 <= self.mtu <= 65535:
                 raise CNIError(INVALID_CONFIG, f"invalid field mtu: {self.mtu} is out of range",
-                               "mtu is the veth MTU in bytes (68 to 65535), or 0 for the kernel default (1500)")
+                               "mtu is the veth MTU in bytes (68 to 65535), or 0 (or, as in the reference, any "
+                               "negative number) for the kernel default (1500)")
             if self.ip_masq:   # (read only then, as in the reference)
                 # Local import: masquerading is set up by ADD and checked by CHECK only with ipMasq;
                 # skb.linux.masq (and skb.linux.proc, which runs its programs) is not loaded otherwise.

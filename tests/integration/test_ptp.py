@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.helpers import GO_BIN_DIR, ip_json
-from tests.integration.ptp_support import (HTTPServer, Ptp, host_veths, http_get, iptables_rules, masq_chain_rules,
+from tests.integration.ptp_support import (GO_PTP, HTTPServer, Ptp, host_veths, http_get, iptables_rules, masq_chain_rules,
                                            nft_masq_rules,
                                            nspath, ping, ptp_conf, reservations, snapshot)
 
@@ -80,6 +80,20 @@ def test_add_v4_kernel_state_like_the_reference(ptp, make_netns, data_dir):
     # the peer relationship: the container end's peer is the host veth
     assert link("eth0", ns)["link_index"] == h["ifindex"]
     assert ptp.delete(ptp_conf(data_dir, mtu=1400), nspath(ns)).rc == 0
+
+
+@pytest.mark.parametrize("impl", ["ours", "go"])
+def test_a_negative_mtu_is_the_kernels_default_as_in_the_reference(impl, bin_dir, make_netns, data_dir):
+    exe = os.path.join(bin_dir, "ptp") if impl == "ours" else GO_PTP
+    if not os.path.exists(exe):
+        pytest.skip("no Go ptp")
+    p = Ptp(exe, bin_dir)
+    ns = make_netns()
+    r = p.add(ptp_conf(data_dir, mtu=-1), nspath(ns))
+    assert r.rc == 0, r
+    assert link("eth0", ns)["mtu"] == 1500 and link(r.json["interfaces"][0]["name"])["mtu"] == 1500
+    assert p.check(ptp_conf(data_dir, mtu=-1), nspath(ns), r.json).rc == 0
+    assert p.delete(ptp_conf(data_dir, mtu=-1), nspath(ns)).rc == 0
 
 
 def test_add_result_like_the_reference(ours, make_netns, data_dir):
