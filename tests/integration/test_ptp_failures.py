@@ -5,6 +5,7 @@ rules, host-local's reservation files and the host's forwarding sysctls (tests/i
 import os
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -281,4 +282,37 @@ def test_two_adds_of_one_attachment_at_once_leave_the_pod_its_address(bin_dir, m
     assert r.rc == 0 and r.json["ips"][0]["address"].split("/")[0] != ip, r
     for cid, n in (("ctr1", ns), ("ctr2", other)):
         assert ptp.delete(conf, nspath(n), containerid=cid).rc == 0
+    assert reservations(data_dir) == {} and host_veths() == []
+
+
+def test_an_add_beside_a_del_of_the_same_attachment_keeps_its_address(bin_dir, make_netns, data_dir, tmp_path):
+    """A DEL whose IPAM DEL is slow, and an ADD of the same attachment sent meanwhile (a runtime that
+    retries, or one that recreates a pod under the same id): before the attachment lock the ADD made the
+    pod and then the DEL's IPAM DEL released its address (the reference does the same); now the ADD waits
+    for the DEL, and the pod it makes keeps its address."""
+    import threading
+    cni = tmp_path / "cni"
+    cni.mkdir()
+    marker = tmp_path / "del-in-ipam"
+    script(str(cni / "slow-ipam"),
+           f'[ "$CNI_COMMAND" = DEL ] && {{ : > {marker}; sleep 1; }}\nexec {bin_dir}/host-local "$@"\n')
+    ptp = Ptp(os.path.join(bin_dir, "ptp"), f"{cni}:{bin_dir}")
+    conf = ptp_conf(data_dir)
+    conf["ipam"]["type"] = "slow-ipam"
+    ns = make_netns()
+    dels = []
+    t = threading.Thread(target=lambda: dels.append(ptp.delete(conf, nspath(ns))))
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert marker.exists(), "the DEL never reached its IPAM plugin"
+        r = ptp.add(conf, nspath(ns))
+    finally:
+        t.join()
+    assert dels[0].rc == 0 and r.rc == 0, (dels, r)
+    ip = r.json["ips"][0]["address"].split("/")[0]
+    assert list(reservations(data_dir)) == [ip]
+    assert ptp.delete(conf, nspath(ns)).rc == 0
     assert reservations(data_dir) == {} and host_veths() == []
