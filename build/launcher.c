@@ -40,6 +40,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "launcher.h"
@@ -48,6 +51,8 @@
 #define BUNDLE_MARK "skb-cni bundle dir="
 #define LOADER "lib/ld-linux-x86-64.so.2"
 #define PROGRAM "skb-cni"
+#define WARM_OFF ".skb-warm-off"
+#define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
 
 extern char **environ;
 
@@ -166,6 +171,81 @@ static int usable(const char *path, int mode)
     return faccessat(AT_FDCWD, path, mode, AT_EACCESS) == 0;
 }
 
+/* SKB_WARM unset, empty or a spelling of "on". Any other value turns warm start off: an operator writes
+ * false, off or no as often as 0, and a value not understood is never read as "on" (exec is always right). */
+static int warm_wanted(const char *v)
+{
+    static const char *const on[] = {"", "1", "true", "yes", "on"};
+    if (!v)
+        return 1;
+    for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++)
+        if (strcasecmp(v, on[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* A variable that the dynamic loader, the C library or the bundle's bootloader acts on when a process
+ * starts: an exec'd plugin would (LD_DEBUG writes to its stderr, LD_TRACE_LOADED_OBJECTS has it list its
+ * libraries and exit, LD_PRELOAD loads a library, GLIBC_TUNABLES and MALLOC_* set up its allocator,
+ * LOCPATH and GCONV_PATH say where its locale and character set data come from), a forked child cannot.
+ * Not LD_LIBRARY_PATH (the loader's --library-path replaces it) nor the three _PYI_ variables the exec
+ * path sets itself. */
+static int acted_on_at_start(const char *entry)
+{
+    static const char *const none[] = {"LD_LIBRARY_PATH=", "_PYI_ARCHIVE_FILE=", "_PYI_PARENT_PROCESS_LEVEL=",
+                                       "_PYI_LINUX_PROCESS_NAME="};
+    static const char *const start[] = {"LD_",      "GLIBC_TUNABLES=", "MALLOC_",      "LOCPATH=",
+                                        "GCONV_PATH=", "_PYI_",         "_MEIPASS",     "PYINSTALLER_"};
+    for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
+        if (strncmp(entry, none[i], strlen(none[i])) == 0)
+            return 0;
+    for (size_t i = 0; i < sizeof(start) / sizeof(start[0]); i++)
+        if (strncmp(entry, start[i], strlen(start[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* The opt-out file in the first len bytes of dir: there, even as a dangling symlink (the doctor's test), or
+ * the path too long to tell. */
+static int turned_off_in(const char *dir, size_t len)
+{
+    char path[PATH_MAX] = "";
+    struct stat st;
+    if (len + sizeof("/" WARM_OFF) > sizeof(path))
+        return 1;
+    memcpy(path, dir, len);
+    memcpy(path + len, "/" WARM_OFF, sizeof("/" WARM_OFF));
+    return fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* Warm start applies: one of the plugin applets (a server serves nothing else), not turned off (SKB_WARM,
+ * or the opt-out file in the launcher's own dir or in the dir the runtime named it by, argv[0]'s: a plugin
+ * dir of symlinks to an install elsewhere), root, stdio open and not terminals (a closed fd 0-2 or a
+ * terminal are not something the child's Python stdio could be set up like an exec'd one's), and a process
+ * group the child can join: one whose leader is outside this pid namespace reads 0 here. */
+int warm_applies(const char *bindir, const char *applet, const char *argv0)
+{
+    static const char *const applets[] = {"loopback", "ptp", "host-local", "debug"};
+    const char *slash = argv0 ? strrchr(argv0, '/') : NULL;
+    struct rlimit stack;
+    int known = 0;
+    for (size_t i = 0; i < sizeof(applets) / sizeof(applets[0]); i++)
+        known |= strcmp(applet, applets[i]) == 0;
+    if (!known || !warm_wanted(getenv("SKB_WARM")) || getuid() != 0 || geteuid() != 0 || getpgrp() == 0)
+        return 0;
+    if (turned_off_in(bindir, strlen(bindir)) || (slash && turned_off_in(argv0, (size_t)(slash - argv0))))
+        return 0;
+    if (getrlimit(RLIMIT_STACK, &stack) != 0 || stack.rlim_cur < MIN_STACK)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (fcntl(i, F_GETFD) < 0 || isatty(i))
+            return 0;
+    for (char **e = environ; *e; e++)
+        if (acted_on_at_start(*e))
+            return 0;
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     /* (static: a caller may give us little stack, and an exec'd plugin must still run there) */
@@ -204,7 +284,8 @@ int main(int argc, char **argv)
     if (!usable(program, R_OK))
         return fail("skb-cni bundle missing: ", program, "reinstall with make install");
 
-    warm(self, bundle, applet, argc, argv, loader, libpath, program); /* returns when the call goes by exec */
+    if (warm_applies(self, applet, argc > 0 ? argv[0] : NULL))
+        warm(self, bundle, applet, argc, argv, loader, libpath, program); /* returns when it goes by exec */
 
     /* The environment as the runtime passed it, plus the bootloader's three variables (replacing any
      * the runtime set). Built by hand rather than with setenv: that would link musl's full allocator. */

@@ -1,7 +1,7 @@
 /* The warm-start client: offer the call to the context's resident server (docs/WARM.md).
  *
  * warm() goes through its steps in order; any step that fails returns, and main() execs the bundle exactly
- * as without warm start: eligible() (applet, opt-outs, root, stdio), open_fds() (the caller's inherited
+ * as without warm start (once launcher.c's warm_applies() let it try): open_fds() (the caller's inherited
  * fds, then cwd, root and the namespaces), the snapshot (warm_snapshot.c) and its key, request(),
  * connect_server() (starting a server, detached, when there is none; the request carries no fd of the
  * caller's), handshake() (ACCEPTED within ACCEPT_TIMEOUT, then GO with the caller's fds), and follow()
@@ -34,7 +34,6 @@
 
 #define RUN_DIR "/run/skb-cni"
 #define WARM_DIR "warm"
-#define WARM_OFF ".skb-warm-off"
 #define SPAWN_EVERY 10      /* seconds between two attempts to start a server for one context */
 #define MAX_SERVERS 16      /* no new server while this many servers listen in the dir */
 #define MAX_ENTRIES 16384   /* nor in a dir with more entries than this */
@@ -42,7 +41,6 @@
 #define ACCEPT_TIMEOUT 2000 /* ms for the server to accept or refuse, else exec */
 #define REC_PROOF 'K'
 #define SKB_SO_PEERPIDFD 77 /* (asm-generic; older libc headers lack it) */
-#define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
@@ -136,43 +134,67 @@ static int listening(int dir, const char *name)
     return live;
 }
 
-/* True when the dir holds fewer than MAX_SERVERS sockets (getdents on a dup of the dir fd) or, at that
- * count, fewer than MAX_SERVERS with a server listening (killed servers' sockets, which nothing removes,
- * never keep a new context from a server). A dir of more than MAX_ENTRIES entries is no servers' (each
- * context leaves up to 4 files, until boot): no room, after a bounded read (a few ms). */
-static int room_for_a_server(int dir)
+/* Whether the dir entry name is another context's spawn marker (not own's) touched within SPAWN_EVERY
+ * seconds, with no socket of that key yet: a server that is starting (its Python start-up and imports take
+ * 0.1 s and more, several under load), not yet listening. */
+static int starting(int dir, const char *name, const char *own)
+{
+    size_t l = strlen(name);
+    char sock[64] = "";
+    struct stat st;
+    struct timespec now;
+    if (l < 7 || l - 6 + sizeof(".sock") > sizeof(sock) || strcmp(name + l - 6, ".spawn") != 0 ||
+        (strncmp(name, own, l - 6) == 0 && own[l - 6] == 0))
+        return 0;
+    memcpy(sock, name, l - 6);
+    memcpy(sock + l - 6, ".sock", sizeof(".sock"));
+    clock_gettime(CLOCK_REALTIME, &now);
+    return fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+           now.tv_sec - st.st_mtime < SPAWN_EVERY && st.st_mtime <= now.tv_sec &&
+           fstatat(dir, sock, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+}
+
+/* True when the servers of the dir, with those starting (other contexts' first calls that came at the same
+ * moment: each would find room), are fewer than MAX_SERVERS: counting sockets (getdents on a dup of the dir
+ * fd) or, at that count, servers listening (killed servers' sockets, which nothing removes, never keep a new
+ * context from a server). A dir of more than MAX_ENTRIES entries is no servers' (each context leaves up to
+ * 4 files, until boot): no room, after a bounded read (a few ms). */
+static int room_for_a_server(int dir, const char *own)
 {
     char b[4096];
-    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n, socks = 0, live = 0, entries = 0;
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n, socks = 0, live = 0, entries = 0, begun = 0;
     long got = -1;
     if (fd < 0)
         return 0;
-    for (int pass = 0; pass < 2 && live < MAX_SERVERS; pass++) {
-        if (pass && (socks < MAX_SERVERS || lseek(fd, 0, SEEK_SET) != 0))
+    for (int pass = 0; pass < 2 && live + begun < MAX_SERVERS; pass++) {
+        if (pass && (socks + begun < MAX_SERVERS || lseek(fd, 0, SEEK_SET) != 0))
             break;
         while (entries <= MAX_ENTRIES && (got = syscall(SYS_getdents64, fd, b, sizeof(b))) > 0)
             for (long off = 0; off < got; off += n) {
                 n = *(unsigned short *)(b + off + 16);  /* d_reclen */
                 entries += !pass;
+                if (!pass && b[off + 18] == 8 /* DT_REG */)
+                    begun += starting(dir, b + off + 19 /* d_name */, own);
                 if (b[off + 18] != 12 /* DT_SOCK */)
                     continue;
                 if (!pass)
                     socks++;
-                else if (live < MAX_SERVERS && listening(dir, b + off + 19 /* d_name */))
+                else if (live + begun < MAX_SERVERS && listening(dir, b + off + 19))
                     live++;
             }
         if (got != 0 || entries > MAX_ENTRIES)
             break;
     }
     close(fd);
-    return got == 0 && entries <= MAX_ENTRIES && (socks < MAX_SERVERS || live < MAX_SERVERS);
+    return got == 0 && entries <= MAX_ENTRIES && (socks + begun < MAX_SERVERS || live + begun < MAX_SERVERS);
 }
 
 /* Start a server for this context, detached (a process group of its own, stdio on /dev/null): the caller
  * never waits for it. It stays in the caller's session, which the context compares: its children then
  * share the caller's session, and with it the kernel's CPU autogroup where that applies. At most one
  * attempt per SPAWN_EVERY seconds per context (a marker file's mtime), and none while MAX_SERVERS are
- * running (callers that make a new namespace per call must not pile servers up: the detached child looks). */
+ * running or starting (callers that make a new namespace or session per call must not pile servers up: the
+ * detached child looks). */
 static void spawn(int dir, const char *key, const char *bindir, const char *loader, const char *libpath,
                   const char *program)
 {
@@ -249,7 +271,7 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
         /* Room for it, looked for here, detached and holding none of the caller's fds: the caller never
          * waits for the reading of a dir a root process filled (a context made per call would pay it on
          * every call), and its stdout reaches EOF when its plugin ends. */
-        if (!room_for_a_server(dir))
+        if (!room_for_a_server(dir, key))
             _exit(0);
         char *args[] = {(char *)loader, "--library-path", (char *)libpath, "--inhibit-cache", "--argv0",
                         (char *)program, (char *)program, "--warm-serve", (char *)key, (char *)bindir, NULL};
@@ -272,63 +294,6 @@ struct call {
     int dir, run, sock;
     char key[17];
 };
-
-/* SKB_WARM unset, empty or a spelling of "on". Any other value turns warm start off: an operator writes
- * false, off or no as often as 0, and a value not understood is never read as "on" (exec is always right). */
-static int warm_wanted(const char *v)
-{
-    static const char *const on[] = {"", "1", "true", "yes", "on"};
-    if (!v)
-        return 1;
-    for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++)
-        if (strcasecmp(v, on[i]) == 0)
-            return 1;
-    return 0;
-}
-
-/* A variable that the dynamic loader, the C library or the bundle's bootloader acts on when a process
- * starts: an exec'd plugin would (LD_DEBUG writes to its stderr, LD_TRACE_LOADED_OBJECTS has it list its
- * libraries and exit, LD_PRELOAD loads a library, GLIBC_TUNABLES and MALLOC_* set up its allocator,
- * LOCPATH and GCONV_PATH say where its locale and character set data come from), a forked child cannot.
- * Not LD_LIBRARY_PATH (the loader's --library-path replaces it) nor the three _PYI_ variables the exec
- * path sets itself. */
-static int acted_on_at_start(const char *entry)
-{
-    static const char *const none[] = {"LD_LIBRARY_PATH=", "_PYI_ARCHIVE_FILE=", "_PYI_PARENT_PROCESS_LEVEL=",
-                                       "_PYI_LINUX_PROCESS_NAME="};
-    static const char *const start[] = {"LD_",      "GLIBC_TUNABLES=", "MALLOC_",      "LOCPATH=",
-                                        "GCONV_PATH=", "_PYI_",         "_MEIPASS",     "PYINSTALLER_"};
-    for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++)
-        if (strncmp(entry, none[i], strlen(none[i])) == 0)
-            return 0;
-    for (size_t i = 0; i < sizeof(start) / sizeof(start[0]); i++)
-        if (strncmp(entry, start[i], strlen(start[i])) == 0)
-            return 1;
-    return 0;
-}
-
-/* Warm start applies: a plugin applet, not turned off, root, stdio open and not terminals (a closed fd 0-2
- * or a terminal are not something the child's Python stdio could be set up like an exec'd one's), and a
- * process group the child can join: one whose leader is outside this pid namespace reads 0 here. */
-static int eligible(const char *bindir, const char *applet)
-{
-    char path[PATH_MAX] = "";
-    struct rlimit stack;
-    if (strcmp(applet, "skb") == 0 || !warm_wanted(getenv("SKB_WARM")) || getuid() != 0 || geteuid() != 0 ||
-        getpgrp() == 0)
-        return 0;
-    if (!cat(path, sizeof(path), bindir, "/" WARM_OFF, NULL) || access(path, F_OK) == 0)
-        return 0;
-    if (getrlimit(RLIMIT_STACK, &stack) != 0 || stack.rlim_cur < MIN_STACK)
-        return 0;
-    for (int i = 0; i < 3; i++)
-        if (fcntl(i, F_GETFD) < 0 || isatty(i))
-            return 0;
-    for (char **e = environ; *e; e++)
-        if (acted_on_at_start(*e))
-            return 0;
-    return 1;
-}
 
 /* The fds an exec'd plugin would inherit (open, without close-on-exec), listed before this process opens
  * any of its own; then cwd, root and the namespaces the call is compared by. The time namespace is the
@@ -574,7 +539,7 @@ void warm(const char *bindir, const char *bundle, const char *applet, int argc, 
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < NFIXED; i++)
         c.fixed[i] = -1;
-    if (!eligible(bindir, applet) || !open_fds(&c))
+    if (!open_fds(&c))
         goto out;
     if (!make(&snap, 32768) || !snapshot_key(&snap, bundle, c.fixed, NULL))
         goto out;

@@ -1,6 +1,8 @@
 """``skb warm status`` and ``skb warm stop``: the warm-start servers of this node (docs/WARM.md)."""
 import json
 
+from skb.tool.style import fail
+
 EPILOG = """\
 A warm-start server is a resident copy of the suite that serves plugin calls by fork, one per runtime
 context (namespaces, cgroup, credentials ...), started by the first plugin call in that context. It exits
@@ -28,6 +30,13 @@ def command(opts):
     # Local import: the warm client and its wire protocol (~1.5 ms) are loaded by ``skb warm`` alone, not
     # by every other skb command (the skb command builds every sub-command's parser at start).
     from skb.plugin.warm import client as warm
+    try:
+        return _act(warm, opts)
+    except warm.Unreadable as e:
+        return fail("skb warm", str(e), opts)
+
+
+def _act(warm, opts):
     if opts.action == "stop":
         stopped = warm.stop_all()
         ended = sum(1 for _, _, e in stopped if e)

@@ -162,6 +162,55 @@ def test_opt_out_env_and_file(wbin):
     assert (c.rc, c.stdout) == (f.rc, f.stdout) == (w.rc, w.stdout)
 
 
+@pytest.mark.parametrize("how", ["dir-of-symlinks", "dangling-link", "link-in-dir-of-symlinks"])
+def test_opt_out_file_where_the_runtime_looks(wbin, tmp_path, how):
+    """README: "touch /opt/cni/bin/.skb-warm-off". A plugin dir made of symlinks to an install elsewhere:
+    the launcher looked for the file only in its own real dir, so the switch in the runtime's dir did
+    nothing. And the file as a dangling symlink (which `skb doctor` reports as the switch) was not taken
+    as one. Now both turn warm start off, as the doctor says."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    exe = str(plugins / "loopback")
+    os.symlink(os.path.join(wbin, "loopback"), exe)
+    where = plugins if how != "dangling-link" else wbin
+    off = os.path.join(where, ".skb-warm-off")
+    if how == "dir-of-symlinks":
+        open(off, "w").close()
+    else:
+        os.symlink("/nonexistent/skb-none", off)
+    env = cni_env("VERSION")
+    before = served(wbin)
+    try:
+        got = run_plugin(exe if how != "dangling-link" else os.path.join(wbin, "loopback"), env)
+        assert served(wbin) == before
+    finally:
+        os.unlink(off)
+    assert (got.rc, got.stdout) == (0, run_plugin(exe, dict(env, SKB_WARM="0")).stdout)
+    run_plugin(exe, env)
+    assert served(wbin) == before + 1                  # (and without it, the same call is served)
+
+
+def test_only_the_plugin_applets_ask_a_server(wbin, tmp_path):
+    """A launcher under another name (a hard link `lo2`, a copy named `foo`) is no plugin applet: an
+    exec'd bundle says so; it asked the server all the same (refused: "applet"), and in a context without
+    a server it started one that could never serve it. It now goes by exec at once."""
+    before = refused(wbin, "applet")
+    names = []
+    for name in ("lo2", "foo"):
+        path = os.path.join(wbin, name)
+        os.link(os.path.join(wbin, "loopback"), path)
+        names.append(path)
+    try:
+        for path in names:
+            warm = run_plugin(path, cni_env("VERSION"))
+            cold = run_plugin(path, dict(cni_env("VERSION"), SKB_WARM="0"))
+            assert (warm.rc, warm.stdout) == (cold.rc, cold.stdout)
+        assert refused(wbin, "applet") == before
+    finally:
+        for path in names:
+            os.unlink(path)
+
+
 @pytest.mark.parametrize("value, warm", [("", True), ("1", True), ("true", True), ("YES", True), ("On", True),
                                          ("false", False), ("OFF", False), ("no", False), ("0 ", False),
                                          (" 0", False), ("00", False), ("disabled", False), ("1\n", False)])
@@ -434,6 +483,31 @@ def test_upgrade_stops_the_old_server(wbin, tmp_path):
              "the server of the original bundle", 60)
 
 
+@pytest.mark.parametrize("action", ["status", "stop"])
+def test_warm_status_and_stop_say_what_they_cannot_read(wbin, action):
+    """Not root: the socket dir (0700, root's) cannot be read, and skb warm said "internal error:
+    PermissionError ... this is a bug in skb-cni". Something other than a dir at its name: "internal
+    error: NotADirectoryError". Now the first is an error that says to run it as root, and the second is a
+    dir no server uses (no launcher uses it either): no servers."""
+    import shutil
+    import tempfile
+    skb = os.path.join(wbin, "skb")
+    anyone = tempfile.mkdtemp(prefix="skb-warm-t-")     # (a copy any user may run: pytest's tmp is root's)
+    try:
+        os.chmod(anyone, 0o755)
+        theirs = install_copy(wbin, os.path.join(anyone, "bin"))
+        r = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                            os.path.join(theirs, "skb"), "warm", action], capture_output=True, text=True)
+    finally:
+        shutil.rmtree(anyone)
+    assert r.returncode == 1 and "run skb warm as root" in r.stderr and "internal error" not in r.stderr, r
+    script = ("mount -t tmpfs -o mode=0755 skb-t /run && mkdir /run/skb-cni && : > /run/skb-cni/warm && "
+              f"exec {skb} warm {action}")
+    r = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True)
+    assert r.returncode == 0 and "internal error" not in r.stderr, r
+    assert ("no warm-start server running" if action == "status" else "stopped 0") in r.stdout, r
+
+
 def test_warm_stop_and_status(wbin):
     srv = the_server(wbin)
     out = subprocess.run([os.path.join(wbin, "skb"), "warm", "status"], capture_output=True, text=True, check=True)
@@ -700,3 +774,59 @@ def test_a_seccomp_profile_that_refuses_faccessat2_still_runs_plugins(wbin, extr
                        env={"CALL_ENV": json.dumps(env)}, input=json.dumps(LOOPBACK).encode(), capture_output=True)
     plain = run_plugin(os.path.join(wbin, "loopback"), env, LOOPBACK)
     assert (p.returncode, p.stdout.decode()) == (0, plain.stdout), p.stderr
+
+
+_BURST_OF_CONTEXTS = r"""
+import json, os, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
+wbin, n = sys.argv[1], int(sys.argv[2])
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "skb-t", "/run"], check=True)
+env = {"CNI_COMMAND": "VERSION", "PATH": os.environ["PATH"]}
+def call(_):   # each in a session of its own (Go's Setsid): each call is a context of its own
+    return subprocess.run([wbin + "/loopback"], env=env, capture_output=True, start_new_session=True)
+with ThreadPoolExecutor(n) as pool:
+    runs = list(pool.map(call, range(n)))
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b"--warm-serve"     # (ended meanwhile)
+def ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+# Wait until every process here is a server (or a spare, or a holder): each detached launcher child has
+# either exec'd a server or decided there is no room and ended.
+def reap():   # (this is PID 1: the detached children that found no room end as its zombies)
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+for _ in range(600):
+    reap()
+    procs = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+    if all(b"--warm-serve" in cmdline(p) for p in procs):
+        break
+    time.sleep(0.05)
+servers = [p for p in procs if b"--warm-serve" in cmdline(p) and ppid(p) == 1]   # (spares and holders: a server's)
+print(json.dumps({"rcs": [r.returncode for r in runs], "outs": sorted({r.stdout.decode() for r in runs}),
+                  "servers": len(servers), "settled": all(b"--warm-serve" in cmdline(p) for p in procs)}))
+"""
+
+
+def test_a_burst_of_new_contexts_starts_not_a_server_each(wbin):
+    """40 first calls of 40 contexts at once (a caller that puts each call in a session of its own): the
+    cap of 16 servers held only against servers already listening, so each of the 40 found room and got a
+    server (each about 14 MB, 7 processes, idling for 10 minutes, and never to serve: each key was used
+    once), and their start-ups made the burst 2-3 times slower than exec. The launcher now counts the
+    servers that are starting too: a few beyond 16 at most, from calls that come at the very same moment."""
+    p = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "/usr/bin/python3", "-c",
+                        _BURST_OF_CONTEXTS, wbin, "40"], capture_output=True, text=True, timeout=300)
+    got = json.loads(p.stdout)
+    assert got["rcs"] == [0] * 40 and len(got["outs"]) == 1 and json.loads(got["outs"][0])["cniVersion"], got
+    assert got["settled"], got
+    assert 1 <= got["servers"] <= 16 + 6, got

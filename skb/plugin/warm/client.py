@@ -1,5 +1,6 @@
 """``skb warm status`` and ``skb warm stop`` as a client of the servers: their sockets in WARM_DIR."""
 import collections
+import errno
 import json
 import os
 import resource
@@ -13,12 +14,21 @@ from skb.plugin.warm import wire
 WARM_DIR = "/run/skb-cni/warm"
 
 
+class Unreadable(Exception):
+    """The socket dir cannot be read (not root): its text says so, and what to do."""
+
+
 def servers():
-    """(key, socket path) of every server socket in the warm dir."""
+    """(key, socket path) of every server socket in the warm dir (none when there is no dir, or something
+    else at its name: no launcher uses that, so no server listens there). Unreadable when it cannot be read."""
     try:
         names = sorted(os.listdir(WARM_DIR))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as e:
+        raise Unreadable(f"cannot read the socket dir {WARM_DIR}: {e.strerror}"
+                         + ("; the warm-start servers are root's: run skb warm as root" if e.errno == errno.EACCES
+                            else "")) from None
     return [(n[:-5], os.path.join(WARM_DIR, n)) for n in names if n.endswith(".sock")]
 
 
