@@ -20,7 +20,6 @@ from skb.linux.netlink import Exists, NotFound, RtNetlink
 from skb.linux.netlink_codec import IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE
 
 from skb_plugins.ptp.config import PtpConf, plan_addresses
-from skb_plugins.ptp.lock import lock_attachment
 from skb_plugins.ptp.ownership import (TAG_PREFIX, Ownership, attachment_digest, attachment_tag, host_veth_name,
                                        verified_peer)
 
@@ -29,7 +28,7 @@ _VETH_TRIES = 10
 # exec'd call of another kind does without: a warm server imports these before its first call, so that
 # no warm call reads a module file (tests/warm/test_warm.py::test_a_warm_call_reads_no_module_file).
 # Not skb.linux.masq: it costs the server about 100 KB for ipMasq calls, which run iptables anyway.
-LATE_IMPORTS = ("skb.linux.hostclash", "skb.linux.sysctl", "skb_plugins.ptp.check")
+LATE_IMPORTS = ("skb.linux.hostclash", "skb.linux.sysctl", "skb_plugins.ptp.check", "skb_plugins.ptp.lock")
 
 
 def _random_veth_name():
@@ -64,6 +63,7 @@ def cmd_add(call):
             # with the attachment's current address, and undoing that reservation would take it from the
             # live pod. Under the attachment's lock, so that an ADD or DEL of it running beside this one
             # cannot pass or undo the checks meanwhile (lock.py).
+            from skb_plugins.ptp.lock import lock_attachment   # (ADD and DEL only: STATUS, CHECK, GC do without)
             lock_attachment(attachment_digest(conf.name, args.container_id, args.ifname))
             _ifname_free(args, cnl)
             _attachment_free(args, conf, hnl)
@@ -238,7 +238,8 @@ def _enable_forwarding(addrs):
 
 def cmd_del(call):
     args, conf = call.args, call.conf
-    lock_attachment(attachment_digest(conf.name, args.container_id, args.ifname))   # (see cmd_add)
+    from skb_plugins.ptp.lock import lock_attachment   # (see cmd_add)
+    lock_attachment(attachment_digest(conf.name, args.container_id, args.ifname))
     mine = Ownership(conf.name, args, _prev_result_quietly(conf))
     ns = guard.open_target(args)
     if ns is not None:
