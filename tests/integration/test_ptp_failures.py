@@ -316,3 +316,35 @@ def test_an_add_beside_a_del_of_the_same_attachment_keeps_its_address(bin_dir, m
     assert list(reservations(data_dir)) == [ip]
     assert ptp.delete(conf, nspath(ns)).rc == 0
     assert reservations(data_dir) == {} and host_veths() == []
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "directory"])
+def test_something_else_at_the_lock_files_name_is_left_alone(ours, make_netns, data_dir, tmp_path, planted):
+    """Anything but a regular file at /run/skb-cni/ptp.lock (a root process may put one there): ADD and
+    DEL go on unlocked, never follow a link (its target is neither created nor changed), never block on
+    a FIFO, and leave the thing where it was."""
+    os.makedirs("/run/skb-cni", mode=0o755, exist_ok=True)
+    lock = "/run/skb-cni/ptp.lock"
+    target = tmp_path / "target"
+    if os.path.lexists(lock):
+        os.unlink(lock)
+    if planted == "symlink":
+        os.symlink(target, lock)
+    elif planted == "fifo":
+        os.mkfifo(lock)
+    else:
+        os.mkdir(lock)
+    try:
+        ns = make_netns()
+        r = ours.add(ptp_conf(data_dir), nspath(ns))
+        assert r.rc == 0, r
+        assert ours.delete(ptp_conf(data_dir), nspath(ns)).rc == 0
+        assert not os.path.lexists(target)
+        mode = os.lstat(lock).st_mode
+        assert {"symlink": stat.S_ISLNK, "fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR}[planted](mode)
+        assert reservations(data_dir) == {} and host_veths() == []
+    finally:
+        if os.path.isdir(lock) and not os.path.islink(lock):
+            os.rmdir(lock)
+        else:
+            os.unlink(lock)
