@@ -217,3 +217,20 @@ def test_a_gateway_held_by_the_references_host_ends_is_accepted(node, bin_dir, t
         assert run(node, os.path.join(bin_dir, "ptp"), "DEL", c, our_pod, cni_path=bin_dir, containerid="ours1")[0] == 0
     finally:
         run(node, GO_PTP, "DEL", c, go_pod, cni_path=GO_BIN_DIR, containerid="go1")
+
+
+def test_a_range_that_only_lies_in_the_nodes_network_is_not_refused(node, bin_dir, tmp_path):
+    """docs/DIAGNOSTICS.md, "What it does not refuse": a gateway and pod addresses inside eth0's network
+    that are neither the node's addresses nor a router it routes through. The ADD goes through, as the
+    reference's does (pods routed on the node's LAN are a design some operators choose); the doctor reports
+    the range as pod-range-overlap (test_doctor_setups.py)."""
+    data = str(tmp_path / "ipam")
+    pod = node.pod()
+    rng = {"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.101", "rangeEnd": "10.244.1.110",
+           "gateway": "10.244.1.100"}
+    rc, out, err = run(node, os.path.join(bin_dir, "ptp"), "ADD", conf(data, rng), pod)
+    assert rc == 0 and out["ips"][0]["address"] == "10.244.1.101/24", (out, err)
+    assert node.route_to("10.244.1.101")["dev"] == out["interfaces"][0]["name"]
+    assert node.reaches("10.244.1.1")
+    rc, out, err = run(node, os.path.join(bin_dir, "ptp"), "DEL", conf(data, rng), pod)
+    assert rc == 0 and reservations(data, "pods") == {}, (out, err)
