@@ -117,11 +117,14 @@ def conf_files(conf_dir):
     return sorted(n for n in names if n.endswith(CONF_EXTENSIONS) and os.path.isfile(os.path.join(conf_dir, n)))
 
 
-def config_conflicts(conf_dir, conf_name, network):
+def config_conflicts(conf_dir, conf_name, network, data=None):
     """Why writing ``network`` as ``conf_dir/conf_name`` would break another network: a list of messages.
 
     - the target holds another network's configuration (or something that is not one);
-    - a config file sorting before ours: libcni's first file wins, so the node would keep using it.
+    - a config file sorting before ours: the runtime (containerd's CRI, CRI-O) uses the first file by
+      name, so the node would keep using it. That holds for an earlier file of our own network name too:
+      the runtime would run its plugins, not ours. Only a byte-for-byte copy of ``data`` (what we write)
+      is harmless there: the runtime gets our configuration either way.
     """
     problems = []
     target = os.path.join(conf_dir, conf_name)
@@ -133,11 +136,24 @@ def config_conflicts(conf_dir, conf_name, network):
     for name in conf_files(conf_dir):
         if name >= conf_name:
             break
-        other = network_name_of(os.path.join(conf_dir, name))
+        path = os.path.join(conf_dir, name)
+        other = network_name_of(path)
         if other != network:
-            problems.append(f"{os.path.join(conf_dir, name)} (network {other!r}) comes before {conf_name}: the "
+            problems.append(f"{path} (network {other!r}) comes before {conf_name}: the "
                             "runtime would keep using it; remove it, or name ours to sort first (--conf-name)")
+        elif data is None or _read_bytes(path) != data:
+            problems.append(f"{path} also defines network {network!r}, with other contents, and comes before "
+                            f"{conf_name}: the runtime would use it, not ours; remove it, or name ours to sort "
+                            "first (--conf-name)")
     return problems
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def clean_conf_temps(conf_dir, conf_name):
@@ -154,12 +170,12 @@ def install_config(conf_dir, conf_name, conf, force=False, log=print):
     target = os.path.join(conf_dir, conf_name)
     with DirLock(conf_dir):
         clean_conf_temps(conf_dir, conf_name)
-        problems = config_conflicts(conf_dir, conf_name, conf["name"])
+        data = conf_bytes(conf)
+        problems = config_conflicts(conf_dir, conf_name, conf["name"], data)
         if problems and not force:
             raise InstallError("; ".join(problems) + " (--force to write it anyway)")
         for p in problems:
             say(log, f"install: warning: {p} (--force)")
-        data = conf_bytes(conf)
         try:
             with open(target, "rb") as f:
                 if f.read() == data:

@@ -7,8 +7,8 @@ import time
 
 from skb.applets import APPLETS
 from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK, DEFAULT_TEMPLATE,
-                                  VAR_RE, conf_bytes, install_config, parse_pod_cidrs, render,
-                                  template_values, uninstall_config)
+                                  VAR_RE, conf_bytes, config_conflicts, install_config, parse_pod_cidrs,
+                                  render, template_values, uninstall_config)
 from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, say
 from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
@@ -21,8 +21,9 @@ What it does, each step atomic (temporary file, then rename) and skipped when al
      no launcher names (an older release extracted there by tar leaves its own);
   2. fills the template with this node's pod CIDR and MTU and writes --conf-dir/--conf-name.
 A rerun is a no-op; a run killed half-way leaves the old files in place and the next run completes.
-It refuses to overwrite another network's configuration, or to write ours where another network's file
-sorts first (the runtime would keep using that one), unless --force.
+It refuses to overwrite another network's configuration, or to write ours where another file sorts first
+(the runtime would keep using that one), unless --force: another network's, or one of our network's name
+with other contents (an exact copy of ours is harmless). --wait warns when such a file appears later.
 
 template variables (${NAME}):
   POD_CIDR     the first pod CIDR, e.g. 10.244.1.0/24
@@ -199,16 +200,7 @@ def cmd_install(opts):
         _install_once(opts, source, conf, log)
         if not opts.wait:
             return 0
-        say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
-        while not stop:
-            deadline = time.monotonic() + opts.interval
-            while not stop and time.monotonic() < deadline:
-                time.sleep(min(0.2, opts.interval))
-            if stop:
-                break
-            if not suite_installed(source, opts.bin_dir) or (conf is not None and not _conf_current(opts, conf)):
-                say(log, "install: something went missing: installing again")
-                _install_once(opts, source, conf, log)
+        _watch(opts, source, conf, log, stop)
         if uninstall_on_stop and conf is not None:
             uninstall_config(opts.conf_dir, opts.conf_name, conf["name"], log=log)
         return 0
@@ -216,6 +208,27 @@ def cmd_install(opts):
         return fail("skb install", str(e), opts)
     except OSError as e:
         return fail("skb install", f"{e.filename or ''}: {e.strerror}", opts)
+
+
+def _watch(opts, source, conf, log, stop):
+    """--wait: every --interval, install again whatever went missing (refusing what the first install
+    refuses), and warn once about each file that comes to sort before ours and take the node's network."""
+    say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
+    warned = set()
+    while not stop:
+        deadline = time.monotonic() + opts.interval
+        while not stop and time.monotonic() < deadline:
+            time.sleep(min(0.2, opts.interval))
+        if stop:
+            return
+        if not suite_installed(source, opts.bin_dir) or (conf is not None and not _conf_current(opts, conf)):
+            say(log, "install: something went missing: installing again")
+            _install_once(opts, source, conf, log)
+        if conf is not None and not opts.force:
+            problems = set(config_conflicts(opts.conf_dir, opts.conf_name, conf["name"], conf_bytes(conf)))
+            for p in sorted(problems - warned):
+                say(log, f"install: warning: {p}")
+            warned = problems
 
 
 def _conf_current(opts, conf):

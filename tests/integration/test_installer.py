@@ -284,6 +284,29 @@ def test_refuses_to_sit_behind_another_networks_config_unless_forced(skb, node):
     assert r.returncode == 0, r.stderr
 
 
+def test_refuses_to_sit_behind_a_file_of_our_network_name_unless_it_is_a_copy(skb, node):
+    os.makedirs(node.conf)
+    old = json.dumps({"cniVersion": "1.0.0", "name": "skb", "plugins": [{"type": "bridge"}]})
+    with open(os.path.join(node.conf, "05-old.conflist"), "w") as f:
+        f.write(old)
+    for wait in ([], ["--wait", "--interval", "0.2"]):  # --wait refuses the same way, before it watches
+        r = install(skb, node, node.v1, *wait)
+        assert r.returncode == 1, r.stderr
+        assert "05-old.conflist also defines network 'skb', with other contents, and comes before " \
+               "10-skb.conflist" in r.stderr and "--force" in r.stderr, r.stderr
+        assert os.listdir(node.conf) == ["05-old.conflist"]
+    r = install(skb, node, node.v1, "--force")
+    assert r.returncode == 0 and "warning" in r.stderr
+    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.1.0/24")
+    # an identical copy of ours sorting first (e.g. from an earlier --conf-name) shadows nothing
+    os.unlink(os.path.join(node.conf, CONF))
+    with open(os.path.join(node.conf, "05-old.conflist"), "wb") as f:
+        f.write(rendered("10.244.1.0/24"))
+    r = install(skb, node, node.v1)
+    assert r.returncode == 0, r.stderr
+    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.1.0/24")
+
+
 # ------------------------------------------------------------------------------------ uninstall
 
 def test_uninstall_removes_only_our_config_and_purge_only_our_launchers(skb, node):
@@ -348,6 +371,29 @@ def test_wait_puts_back_what_goes_missing_and_stops_on_sigterm(skb, node):
         err = "".join(seen) + p.stderr.read()
         assert "installing again" in err
         assert os.path.exists(conf) is not uninstall_on_stop, err
+
+
+def test_wait_warns_once_when_a_file_of_our_network_name_comes_to_sort_first(skb, node):
+    args = [skb, "install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf,
+            "--pod-cidr", "10.244.1.0/24", "--wait", "--interval", "0.2"]
+    p = subprocess.Popen(args, env={"PATH": os.environ["PATH"]}, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        while not seen or "watching" not in seen[-1]:
+            seen.append(p.stderr.readline())
+            assert seen[-1], f"skb install --wait ended: {''.join(seen)}"
+        with open(os.path.join(node.conf, "05-old.conflist"), "w") as f:
+            json.dump({"cniVersion": "1.0.0", "name": "skb", "plugins": [{"type": "bridge"}]}, f)
+        time.sleep(1.5)  # several checks
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = "".join(seen) + p.stderr.read()
+    assert err.count("05-old.conflist also defines network 'skb'") == 1, err
+    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.1.0/24")
 
 
 def _wait_for(cond, timeout=20):

@@ -190,6 +190,14 @@ def test_config_conflicts(tmp_path):
     assert "05-flannel.conflist (network 'cbr0') comes before 10-skb.conflist" in p and "--conf-name" in p
     assert conflist.config_conflicts(d, "00-skb.conflist", "skb") == []
 
+    os.unlink(tmp_path / "05-flannel.conflist")
+    write(tmp_path / "05-old.conflist", {"name": "skb", "plugins": [{"type": "bridge"}]})  # our name, not ours
+    ours = conflist.conf_bytes({"name": "skb", "plugins": [{"type": "ptp"}]})
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb", ours)
+    assert "05-old.conflist also defines network 'skb', with other contents, and comes before 10-skb.conflist" in p
+    write(tmp_path / "05-old.conflist", ours.decode())  # a byte-for-byte copy of ours: the runtime gets ours
+    assert conflist.config_conflicts(d, "10-skb.conflist", "skb", ours) == []
+
 
 def test_conf_files_in_libcni_order(tmp_path):
     for name in ("20-b.conf", "10-a.conflist", "30-c.json", "05-x.txt", ".00-dot.conflist", ".10-a.conflist.skb-tmp.7"):
