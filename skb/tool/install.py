@@ -116,8 +116,8 @@ def add_parsers(sub, raw, parents):
     u.add_argument("--force", action="store_true", help="remove the file even if it holds another network")
     u.add_argument("--purge", action="store_true", help="remove the launchers and the bundle too")
     u.add_argument("--keep-config", action="store_true",
-                   help="with --purge: remove the suite only (going back to the Go plugins, which read the "
-                        "same config)")
+                   help="leave the config in place (with --purge: remove the suite only, e.g. going back to "
+                        "the Go plugins, which read the same config)")
     u.add_argument("-q", "--quiet", action="store_true", help="print errors only")
     u.set_defaults(func=cmd_uninstall)
 
@@ -242,7 +242,7 @@ def _conf_current(opts, conf):
 def cmd_uninstall(opts):
     log = _log(opts)
     try:
-        if not (opts.keep_config and opts.purge):
+        if not opts.keep_config:
             uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
         if opts.purge:
             uninstall_suite(opts.bin_dir, APPLETS, log=log)

@@ -329,6 +329,19 @@ def test_uninstall_removes_only_our_config_and_purge_only_our_launchers(skb, nod
     assert "kept" in r.stderr and "not an skb-cni launcher" in r.stderr
 
 
+def test_uninstall_keep_config_keeps_it_with_or_without_purge(skb, node):
+    assert install(skb, node, node.v1).returncode == 0
+    conf = read(os.path.join(node.conf, CONF))
+    r = run(skb, "uninstall", "--conf-dir", node.conf, "--bin-dir", node.bin, "--keep-config")
+    assert r.returncode == 0, r.stderr
+    assert read(os.path.join(node.conf, CONF)) == conf
+    assert_installed(node, node.v1)
+    r = run(skb, "uninstall", "--conf-dir", node.conf, "--bin-dir", node.bin, "--keep-config", "--purge")
+    assert r.returncode == 0, r.stderr
+    assert read(os.path.join(node.conf, CONF)) == conf
+    assert not set(APPLETS) & set(os.listdir(node.bin))
+
+
 def test_uninstall_refuses_another_networks_config_unless_forced(skb, node):
     os.makedirs(node.conf)
     with open(os.path.join(node.conf, CONF), "w") as f:
