@@ -9,7 +9,7 @@ from skb.applets import APPLETS
 from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK, DEFAULT_TEMPLATE,
                                   VAR_RE, conf_bytes, config_conflicts, install_config, parse_pod_cidrs,
                                   render, template_values, uninstall_config)
-from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, say
+from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, os_error_text, say
 from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
 from skb.tool.style import fail
@@ -207,7 +207,7 @@ def cmd_install(opts):
     except InstallError as e:
         return fail("skb install", str(e), opts)
     except OSError as e:
-        return fail("skb install", f"{e.filename or ''}: {e.strerror}", opts)
+        return fail("skb install", os_error_text(e), opts)
 
 
 def _watch(opts, source, conf, log, stop):
@@ -250,4 +250,4 @@ def cmd_uninstall(opts):
     except InstallError as e:
         return fail("skb uninstall", str(e), opts)
     except OSError as e:
-        return fail("skb uninstall", f"{e.filename or ''}: {e.strerror}", opts)
+        return fail("skb uninstall", os_error_text(e), opts)

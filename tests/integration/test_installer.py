@@ -242,6 +242,35 @@ def test_bad_input_is_refused_before_anything_is_written(skb, node, args, env, w
     assert not os.path.exists(node.bin) and not os.path.exists(node.conf)
 
 
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 1 MiB tmpfs (inside the sandbox's mount namespace): too small for a suite."""
+    path = str(tmp_path / "full")
+    os.makedirs(path)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "skb-test-full", path], check=True)
+    yield path
+    subprocess.run(["umount", path], check=True)
+
+
+@pytest.mark.kernel
+def test_a_full_disk_is_named_and_leaves_no_temporary_files(skb, node, small_fs, tmp_path):
+    r = run(skb, "install", "--from", node.v1, "--bin-dir", small_fs, "--no-config")
+    assert r.returncode == 1
+    assert "No space left on device" in r.stderr and f"{small_fs}/.skb-tmp." in r.stderr, r.stderr
+    assert "None" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert os.listdir(small_fs) == []
+    # a config that does not fit either: named, no temporary file left
+    with open(os.path.join(small_fs, "filler"), "wb") as f:
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 65536)
+                f.flush()
+    r = run(skb, "install", "--from", node.v1, "--bin-dir", str(tmp_path / "bin"), "--conf-dir", small_fs,
+            "--pod-cidr", "10.244.1.0/24")
+    assert r.returncode == 1 and "No space left on device" in r.stderr, r.stderr
+    assert os.listdir(small_fs) == ["filler"]
+
+
 def test_from_is_required_outside_a_frozen_suite(skb, node, bin_dir):
     if os.environ.get("SKB_BIN_DIR"):
         pytest.skip("the frozen skb defaults --from to its own suite (test_frozen_suite_installs_itself)")
