@@ -460,3 +460,52 @@ def test_replay_in_a_scratch_netns_when_the_captured_one_is_gone(skb, node, bin_
     kept = json.loads(p.stdout)["keptNetns"]
     assert os.path.basename(kept) in os.listdir("/run/netns") and "UP" in link_flags("lo", os.path.basename(kept))
     run(skb, "netns", "del", os.path.basename(kept))
+
+
+def _ptp_add_then_del(bin_dir, tmp_path, ns):
+    """A recorded ptp ADD (with ipMasq and a reservation), undone by its DEL, its netns then deleted:
+    the node is clean, and the log holds ptp's ADD as record #2 (host-local's is #1). Returns (log, data dir)."""
+    data, log = tmp_path / "ipam", tmp_path / "calls.jsonl"
+    conf = {"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp", "ipMasq": True, "skbDebugLog": str(log),
+            "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "dataDir": str(data)}}
+    env = cni_env("ADD", containerid="replayed1", netns=f"/run/netns/{ns}", path=bin_dir)
+    ptp = os.path.join(bin_dir, "ptp")
+    assert run_plugin(ptp, env, conf).rc == 0
+    assert run_plugin(ptp, dict(env, CNI_COMMAND="DEL"), conf).rc == 0
+    return log, data
+
+
+def _node_state(data):
+    """What a ptp ADD leaves on the node, read back independently: reservation files, masquerade
+    chains (iptables and nftables), host routes into the pod range."""
+    from tests.integration.ptp_support import masq_chain_rules, nft_masq_rules, reservations
+    routes = [r for r in ip_json("route", "show") if r.get("dst", "").startswith("10.78.")]
+    return reservations(str(data), "ptpnet"), masq_chain_rules(), nft_masq_rules(), routes
+
+
+@pytest.mark.kernel
+def test_a_replayed_add_is_undone_by_its_del(skb, bin_dir, make_netns, tmp_path):
+    ns = make_netns()
+    log, data = _ptp_add_then_del(bin_dir, tmp_path, ns)
+    subprocess.run(["ip", "netns", "del", ns], check=True)
+    clean = _node_state(data)
+    assert clean[0] == {} and not clean[3]
+    p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir)
+    out = json.loads(p.stdout)
+    assert out["command"] == "ADD" and out["replayed"]["exitCode"] == 0, p.stdout + p.stderr
+    assert "ran the matching DEL (container replayed1, ifname eth0)" in out["cleanupNote"]
+    assert _node_state(data) == clean
+
+
+@pytest.mark.kernel
+def test_a_replayed_add_into_a_live_netns_is_refused_without_live(skb, bin_dir, make_netns, tmp_path):
+    ns = make_netns()
+    log, data = _ptp_add_then_del(bin_dir, tmp_path, ns)            # the netns stays: a pod still running
+    clean = _node_state(data)
+    p = run(skb, "replay", str(log), "-n", "2", "--cni-path", bin_dir)
+    assert p.returncode == 2 and f"the recorded netns /run/netns/{ns} still exists" in p.stderr, p.stderr
+    assert "--scratch" in p.stderr and "--live" in p.stderr
+    assert _node_state(data) == clean and [link["ifname"] for link in ip_json("link", "show", netns=ns)] == ["lo"]
+    p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir, "--scratch")
+    assert p.returncode in (0, 1) and "ran the matching DEL" in json.loads(p.stdout)["cleanupNote"], p.stderr
+    assert _node_state(data) == clean
