@@ -12,6 +12,7 @@ from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_N
 from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, os_error_text, say
 from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
+from skb.tool.argtypes import positive_seconds, seconds
 from skb.tool.style import fail
 
 INSTALL_HELP = "install the suite into a CNI bin dir and write this node's network configuration"
@@ -91,7 +92,7 @@ def add_parsers(sub, raw, parents):
                    help="the node whose pod CIDRs to read (default: $NODE_NAME)")
     p.add_argument("--service-account-dir", default=node.SA_DIR, metavar="DIR",
                    help=f"the pod's ServiceAccount token and ca.crt (default: {node.SA_DIR})")
-    p.add_argument("--api-wait", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--api-wait", type=seconds, default=300.0, metavar="SECONDS",
                    help="how long to wait for the API, or for the node to get its pod CIDR (default: 300)")
     p.add_argument("--mtu", default=os.environ.get("SKB_MTU", ""),
                    help="the pods' MTU (default: $SKB_MTU, else the MTU of the default route's interface)")
@@ -100,7 +101,8 @@ def add_parsers(sub, raw, parents):
     p.add_argument("--force", action="store_true", help="write our config even over or behind another network's")
     p.add_argument("--wait", action="store_true",
                    help="then keep running (a DaemonSet's container): re-install whatever goes missing")
-    p.add_argument("--interval", type=float, default=60.0, help="seconds between checks with --wait (default: 60)")
+    p.add_argument("--interval", type=positive_seconds, default=60.0,
+                   help="seconds between checks with --wait (above 0; default: 60)")
     p.add_argument("--uninstall-on-stop", action="store_true",
                    help="with --wait: remove our config on SIGTERM (when removing skb-cni from a cluster)")
     p.add_argument("-q", "--quiet", action="store_true", help="print errors only")
@@ -188,6 +190,10 @@ def cmd_install(opts):
     source = opts.source or default_source()
     if not source:
         return fail("skb install", "--from DIR is required when skb does not run from an installed suite", opts)
+    if opts.uninstall_on_stop and not opts.wait:
+        print("skb install: error: --uninstall-on-stop acts when a --wait install is stopped: give --wait too, "
+              "or run skb uninstall to remove the config now", file=sys.stderr)
+        return 2
     uninstall_on_stop = opts.uninstall_on_stop or _true(os.environ.get("SKB_UNINSTALL_ON_STOP", ""))
     stop = []
     if opts.wait:

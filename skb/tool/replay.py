@@ -43,6 +43,7 @@ from skb.cni.errors import CNIError
 from skb.linux.files import read_regular
 from skb.linux import netns
 from skb.linux import scratch_netns
+from skb.tool.argtypes import positive_seconds, record_number
 from skb.tool.style import Style
 
 _TEXT_COMMANDS = {"CmdAdd": "ADD", "CmdDel": "DEL", "CmdCheck": "CHECK", "CmdStatus": "STATUS", "CmdGC": "GC"}
@@ -458,7 +459,7 @@ def add_parser(sub, formatter, parents=()):
                        description="Re-run a call recorded by a debug log or capture, next to its recorded output.",
                        epilog=EPILOG, formatter_class=formatter)
     r.add_argument("file", help="debug log, captureFile, or cniOutput text")
-    r.add_argument("-n", "--number", type=int, default=-1,
+    r.add_argument("-n", "--number", type=record_number, default=-1,
                    help="which record: 1-based, negative from the end (default: -1, the last)")
     r.add_argument("--command", choices=("ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION"),
                    help="count only records of this command")
@@ -470,7 +471,8 @@ def add_parser(sub, formatter, parents=()):
     r.add_argument("--live", action="store_true",
                    help="replay an ADD or DEL in its recorded netns when that still exists: acts on the pod for real")
     r.add_argument("--netns-dir", default="/run/netns", help="where scratch namespaces go (default: /run/netns)")
-    r.add_argument("--timeout", type=float, default=60.0, help="kill the plugin after this many seconds")
+    r.add_argument("--timeout", type=positive_seconds, default=60.0,
+                   help="kill the plugin after this many seconds (above 0; default: 60)")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.set_defaults(func=command)
     return r

@@ -4,8 +4,10 @@ import base64
 import json
 import os
 import re
+import select
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -116,6 +118,46 @@ def test_a_bad_flag_prints_the_commands_own_usage(skb, sub):
     assert p.returncode == 2, p
     assert p.stderr.startswith(f"usage: skb {sub} "), p.stderr
     assert f"skb {sub}: error: unrecognized arguments: --no-such-flag" in p.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["netns", "add"], "skb netns: error: netns add needs at least one NAME"),
+    (["netns", "del"], "skb netns: error: netns del needs at least one NAME"),
+    (["replay", "x.jsonl", "-n", "0"], "argument -n/--number: '0': records are numbered from 1"),
+    (["replay", "x.jsonl", "--timeout", "0"], "argument --timeout: '0': expected a number of seconds above 0"),
+    (["log", "x.jsonl", "-n", "-1"], "argument -n/--lines: '-1': expected a count"),
+    (["log", "x.jsonl", "-n", "0"], "-n 0 shows no record"),
+    (["add", "n", "ns", "--timeout", "nan"], "argument --timeout: 'nan': expected a number of seconds above 0"),
+    (["add", "n", "ns", "--timeout", "-1"], "argument --timeout: '-1': expected a number of seconds above 0"),
+    (["add", "n", "ns", "--timeout", "soon"], "argument --timeout: 'soon' is not a number"),
+    (["install", "--no-config", "--interval", "0"], "argument --interval: '0': expected a number of seconds above 0"),
+    (["install", "--no-config", "--interval", "-5"], "argument --interval: '-5'"),
+    (["install", "--no-config", "--api-wait", "inf"], "argument --api-wait: 'inf'"),
+    (["install", "--no-config", "--uninstall-on-stop"], "--uninstall-on-stop acts when a --wait install is stopped"),
+])
+def test_a_bad_value_is_a_usage_error(skb, tmp_path, args, words):
+    if args[0] == "install":
+        args = args + ["--from", str(tmp_path), "--bin-dir", str(tmp_path / "bin")]
+    p = run(skb, *args)
+    assert p.returncode == 2, p
+    assert words in p.stderr and "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    assert not os.path.exists(tmp_path / "bin")
+
+
+def test_log_n_0_with_follow_shows_only_new_calls(skb, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    log.write_text(json.dumps({"command": "ADD", "plugin": "ptp", "env": {}}) + "\n")
+    p = subprocess.Popen([skb, "log", str(log), "-f", "-n", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)                         # it has read the file: the DEL below is a new call
+        with open(log, "a") as f:
+            f.write(json.dumps({"command": "DEL", "plugin": "ptp", "env": {}}) + "\n")
+        ready, _, _ = select.select([p.stdout], [], [], 20)
+        line = p.stdout.readline() if ready else "(nothing within 20 s)"
+    finally:
+        p.kill()
+        p.wait()
+    assert " DEL" in line and " ADD" not in line, line
 
 
 def test_version(skb):
