@@ -12,6 +12,38 @@ CONF_EXTENSIONS = (".conf", ".conflist", ".json")  # what libcni loads from a co
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
 DEFAULT_CONF_NAME = "10-skb.conflist"
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+MTU_MIN, MTU_MAX = 68, 65535   # IPv4's minimum; the largest a link takes
+# Addresses no pod can have: a pod CIDR overlapping one of these cannot work.
+RESERVED = {net: why for why, nets in (
+    ("the 'this network' block", ("0.0.0.0/8", "::/128")), ("loopback", ("127.0.0.0/8", "::1/128")),
+    ("multicast", ("224.0.0.0/4", "ff00::/8")), ("reserved (class E)", ("240.0.0.0/4",)))
+    for net in map(ipaddress.ip_network, nets)}
+
+
+def smallest_pod_prefix(bits):
+    """The longest prefix host-local allocates from: a /30 (a /126) holds the gateway and one pod once the
+    network and broadcast addresses are left out. host-local (plugins/hostlocal_ipam/config.py, parse_range)
+    refuses anything longer; the doctor's config-invalid and the installer apply this same rule."""
+    return bits - 2
+
+
+def check_mtu(text, source):
+    """The MTU ``text`` (from ``source``: --mtu, SKB_MTU, --set MTU=...) as a string, or InstallError."""
+    text = str(text).strip()
+    if not text.isdigit() or not MTU_MIN <= int(text) <= MTU_MAX:
+        raise InstallError(f"{source} {text!r}: expected a number from {MTU_MIN} to {MTU_MAX}, e.g. 1450")
+    return str(int(text))
+
+
+def check_conf_name(name, source="--conf-name", writing=True):
+    """A plain file name in the conf dir; one we write must end in .conflist, the only extension the
+    runtimes read a network list from (libcni skips other names and reads .conf/.json as one plugin)."""
+    if not name or "/" in name or name in (".", "..") or "\0" in name:
+        raise InstallError(f"{source} {name!r}: expected a plain file name in the conf dir, e.g. 10-skb.conflist")
+    if writing and not name.endswith(".conflist"):
+        raise InstallError(f"{source} {name!r}: the runtime reads a network list only from a name ending in "
+                           ".conflist (libcni skips other names, and reads .conf/.json as a single plugin), "
+                           "e.g. 10-skb.conflist")
 
 
 def parse_pod_cidrs(text, source="the pod CIDR"):
@@ -30,6 +62,7 @@ def parse_pod_cidrs(text, source="the pod CIDR"):
         except ValueError as e:
             raise InstallError(f"{source}: {item!r} is not a network in CIDR notation ({e}), "
                                "e.g. 10.244.1.0/24") from None
+        _check_pod_cidr(net, source)
         if any(n.version == net.version for n in nets):
             raise InstallError(f"{source}: two IPv{net.version} networks ({nets[0]}, {net}); "
                                "a node has at most one pod CIDR per address family")
@@ -37,6 +70,16 @@ def parse_pod_cidrs(text, source="the pod CIDR"):
     if not nets:
         raise InstallError(f"{source} is empty")
     return nets
+
+
+def _check_pod_cidr(net, source):
+    if net.prefixlen > smallest_pod_prefix(net.max_prefixlen):
+        raise InstallError(f"{source}: {net} is too small: host-local needs a gateway and at least one pod "
+                           f"address, so at most a /{smallest_pod_prefix(net.max_prefixlen)}, e.g. 10.244.1.0/24")
+    for reserved, why in RESERVED.items():
+        if net.version == reserved.version and net.overlaps(reserved):
+            raise InstallError(f"{source}: {net} overlaps {reserved}, {why}: no pod can have such an address; "
+                               "give this node's pod CIDR, e.g. 10.244.1.0/24")
 
 
 def template_values(pod_cidrs=(), extra=None):

@@ -8,7 +8,7 @@ import time
 from skb.applets import APPLETS
 from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK, DEFAULT_TEMPLATE,
                                   VAR_RE, conf_bytes, config_conflicts, install_config, parse_pod_cidrs,
-                                  render, template_values, uninstall_config)
+                                  render, template_values, uninstall_config, check_conf_name, check_mtu)
 from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, os_error_text, say
 from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
@@ -32,6 +32,10 @@ template variables (${NAME}):
   POD_ROUTES   host-local "routes": a default route per family
   MTU          --mtu, else the MTU of the interface of this node's default route (1500 without one)
   any NAME given with --set NAME=VALUE
+
+A pod CIDR must leave host-local a gateway and one pod (at most a /30, a /126) and avoid the loopback,
+multicast and 0.0.0.0/8 blocks; an MTU (--mtu, SKB_MTU, --set MTU=) is 68 to 65535; --conf-name is a
+plain file name ending in .conflist.
 
 pod CIDR sources, the first given wins: --pod-cidr, --pod-cidr-file, SKB_POD_CIDR, --pod-cidr-from-api
 (this node's spec.podCIDRs, read from the Kubernetes API with the pod's ServiceAccount: a pod's
@@ -94,7 +98,7 @@ def add_parsers(sub, raw, parents):
                    help=f"the pod's ServiceAccount token and ca.crt (default: {node.SA_DIR})")
     p.add_argument("--api-wait", type=seconds, default=300.0, metavar="SECONDS",
                    help="how long to wait for the API, or for the node to get its pod CIDR (default: 300)")
-    p.add_argument("--mtu", default=os.environ.get("SKB_MTU", ""),
+    p.add_argument("--mtu",
                    help="the pods' MTU (default: $SKB_MTU, else the MTU of the default route's interface)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="another template variable")
     p.add_argument("--no-config", action="store_true", help="install the suite only")
@@ -129,12 +133,11 @@ def _log(opts):
 
 
 def _mtu(opts, log):
-    """The MTU value of the template: --mtu, else the default route's interface's, else 1500."""
-    if str(opts.mtu).strip():
-        text = str(opts.mtu).strip()
-        if not text.isdigit() or not 68 <= int(text) <= 65535:
-            raise InstallError(f"--mtu {text!r}: expected a number from 68 to 65535, e.g. --mtu 1450")
-        return text
+    """The MTU value of the template: --mtu, else $SKB_MTU, else the default route's interface's, else 1500."""
+    if opts.mtu is not None:
+        return check_mtu(opts.mtu, "--mtu")
+    if os.environ.get("SKB_MTU", "").strip():
+        return check_mtu(os.environ["SKB_MTU"], "SKB_MTU")
     iface, mtu = node.default_route_mtu()
     if mtu:
         say(log, f"install: MTU {mtu}, from {iface} (the interface of this node's default route)")
@@ -174,7 +177,7 @@ def _rendered_config(opts, log=None):
         name, sep, value = item.partition("=")
         if not sep or not VAR_RE.fullmatch("${" + name + "}"):
             raise InstallError(f"--set {item!r}: expected NAME=VALUE, e.g. --set MTU=1450")
-        extra[name] = value
+        extra[name] = check_mtu(value, "--set MTU") if name == "MTU" else value
     return render(template, template_values(cidrs, extra), source)
 
 
@@ -202,6 +205,8 @@ def cmd_install(opts):
         signal.signal(signal.SIGTERM, lambda *_: stop.append(signal.SIGTERM))
         signal.signal(signal.SIGINT, lambda *_: stop.append(signal.SIGINT))
     try:
+        if not opts.no_config:
+            check_conf_name(opts.conf_name)
         conf = None if opts.no_config else _rendered_config(opts, log)
         _install_once(opts, source, conf, log)
         if not opts.wait:
@@ -248,6 +253,7 @@ def _conf_current(opts, conf):
 def cmd_uninstall(opts):
     log = _log(opts)
     try:
+        check_conf_name(opts.conf_name, writing=False)
         if not opts.keep_config:
             uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
         if opts.purge:

@@ -234,12 +234,37 @@ def test_template_and_set_and_pod_cidr_sources(skb, node, tmp_path):
     (["--pod-cidr-file", "/nonexistent/cidrs"], {}, "cannot read the pod CIDR file /nonexistent/cidrs"),
     (["--template", "/nonexistent/t"], {}, "cannot read the template /nonexistent/t"),
     (["--pod-cidr", "10.0.0.0/24", "--set", "bad"], {}, "--set 'bad': expected NAME=VALUE"),
+    (["--pod-cidr", "10.244.1.0/32"], {}, "--pod-cidr: 10.244.1.0/32 is too small: host-local needs a gateway "
+                                          "and at least one pod address, so at most a /30"),
+    (["--pod-cidr", "10.244.1.0/31"], {}, "10.244.1.0/31 is too small"),
+    (["--pod-cidr", "fd00::/128"], {}, "--pod-cidr: fd00::/128 is too small"),
+    (["--pod-cidr", "0.0.0.0/0"], {}, "--pod-cidr: 0.0.0.0/0 overlaps 0.0.0.0/8"),
+    (["--pod-cidr", "127.0.0.0/24"], {}, "overlaps 127.0.0.0/8, loopback"),
+    (["--pod-cidr", "10.0.0.0/24", "--set", "MTU=99999"], {}, "--set MTU '99999': expected a number from 68 to 65535"),
+    (["--pod-cidr", "10.0.0.0/24", "--mtu", "9"], {}, "--mtu '9': expected a number from 68 to 65535"),
+    (["--pod-cidr", "10.0.0.0/24"], {"SKB_MTU": "abc"}, "SKB_MTU 'abc': expected a number from 68 to 65535"),
+    (["--pod-cidr", "10.0.0.0/24", "--conf-name", "10-skb.txt"], {}, "--conf-name '10-skb.txt': the runtime reads "
+                                                                     "a network list only from a name ending in .conflist"),
+    (["--pod-cidr", "10.0.0.0/24", "--conf-name", "../escaped.conflist"], {},
+     "--conf-name '../escaped.conflist': expected a plain file name in the conf dir"),
+    (["--pod-cidr", "10.0.0.0/24", "--conf-name", ""], {}, "--conf-name '': expected a plain file name"),
 ])
 def test_bad_input_is_refused_before_anything_is_written(skb, node, args, env, words):
     r = install(skb, node, node.v1, *args, env=env, cidr=None)
     assert r.returncode == 1
     assert words in r.stderr, r.stderr
     assert not os.path.exists(node.bin) and not os.path.exists(node.conf)
+    assert not os.path.exists(os.path.join(os.path.dirname(node.conf), "escaped.conflist"))
+
+
+def test_uninstall_refuses_a_conf_name_outside_the_conf_dir(skb, node):
+    os.makedirs(node.conf)
+    outside = os.path.join(os.path.dirname(node.conf), "escaped.conflist")
+    with open(outside, "w") as f:
+        json.dump({"name": "skb"}, f)
+    r = run(skb, "uninstall", "--conf-dir", node.conf, "--conf-name", "../escaped.conflist")
+    assert r.returncode == 1 and "expected a plain file name in the conf dir" in r.stderr, r.stderr
+    assert os.path.exists(outside)
 
 
 @pytest.fixture

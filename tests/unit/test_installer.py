@@ -25,6 +25,7 @@ DEPLOY = os.path.join(ROOT, "deploy")
     ("10.244.1.0/24,fd00:10:244:1::/64", ["10.244.1.0/24", "fd00:10:244:1::/64"]),
     ('["10.244.1.0/24","fd00::/64"]', ["10.244.1.0/24", "fd00::/64"]),  # jsonpath {.spec.podCIDRs}
     ("fd00::/64 10.0.0.0/16", ["fd00::/64", "10.0.0.0/16"]),
+    ("10.244.1.0/30 fd00::/126", ["10.244.1.0/30", "fd00::/126"]),   # the smallest: a gateway and one pod
 ])
 def test_parse_pod_cidrs(text, want):
     assert [str(n) for n in conflist.parse_pod_cidrs(text)] == want
