@@ -4,6 +4,7 @@ import ipaddress
 import json
 import os
 import re
+import stat
 
 from skb.install.files import (CONF_TMP_INFIX, InstallError, DirLock, say,
                                write_file_atomically)
@@ -141,13 +142,45 @@ def conf_bytes(conf):
 
 def network_name_of(path):
     """The ``name`` of the network configured in ``path``, or None when it cannot be read as one."""
+    return read_network(path)[0]
+
+
+def read_network(path):
+    """(the ``name`` of the network configured in ``path``, None) or (None, why it is not one): what the
+    doctor would say of it (a directory, a dangling symbolic link, invalid JSON at a line and column)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, "a dangling symbolic link" if os.path.islink(path) else "missing"
+    except OSError as e:
+        return None, f"unreadable ({e.strerror})"
+    if stat.S_ISDIR(st.st_mode):
+        return None, "a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return None, "not a regular file"   # a FIFO would block the read, as it blocks the runtime's
     try:
         with open(path, "rb") as f:
             conf = json.loads(f.read())
-    except (OSError, ValueError):
-        return None
+    except OSError as e:
+        return None, f"unreadable ({e.strerror})"
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
+    except ValueError:
+        return None, "not UTF-8 text"
     name = conf.get("name") if isinstance(conf, dict) else None
-    return name if isinstance(name, str) else None
+    if not isinstance(name, str) or not name:
+        return None, "a JSON file without a network name" if isinstance(conf, dict) else "not a JSON object"
+    return name, None
+
+
+def check_conf_dir(conf_dir, option="--conf-dir"):
+    """InstallError when ``conf_dir`` exists but is no directory (a file, a dangling symbolic link)."""
+    if os.path.isdir(conf_dir) or not os.path.lexists(conf_dir):
+        return
+    what = "a dangling symbolic link" if os.path.islink(conf_dir) else \
+        "a regular file" if os.path.isfile(conf_dir) else "not a directory"
+    raise InstallError(f"{option} {conf_dir} is {what}, not a directory: replace it by a directory or give "
+                       f"another {option}")
 
 
 def conf_files(conf_dir):
@@ -172,16 +205,20 @@ def config_conflicts(conf_dir, conf_name, network, data=None):
     problems = []
     target = os.path.join(conf_dir, conf_name)
     if os.path.lexists(target):
-        other = network_name_of(target)
+        other, why = read_network(target)
         if other != network:
-            what = f"network {other!r}" if other else "a file that is not a network configuration"
-            problems.append(f"{target} holds {what}, not {network!r}: refusing to overwrite it")
+            what = f"holds network {other!r}, not {network!r}" if other else \
+                f"is {why}, not a configuration of network {network!r}"
+            problems.append(f"{target} {what}: refusing to overwrite it")
     for name in conf_files(conf_dir):
         if name >= conf_name:
             break
         path = os.path.join(conf_dir, name)
-        other = network_name_of(path)
-        if other != network:
+        other, why = read_network(path)
+        if other is None:
+            problems.append(f"{path} is {why}; it comes before {conf_name}: the runtime fails on it (or keeps "
+                            "using it); fix or remove it, or name ours to sort first (--conf-name)")
+        elif other != network:
             problems.append(f"{path} (network {other!r}) comes before {conf_name}: the "
                             "runtime would keep using it; remove it, or name ours to sort first (--conf-name)")
         elif data is None or _read_bytes(path) != data:
@@ -209,6 +246,7 @@ def clean_conf_temps(conf_dir, conf_name):
 def install_config(conf_dir, conf_name, conf, force=False, log=print):
     """Write ``conf`` (a checked conflist dict) as ``conf_dir/conf_name``, atomically. Returns True when the
     file changed. Refuses (InstallError) to overwrite or be shadowed by another network unless ``force``."""
+    check_conf_dir(conf_dir)
     os.makedirs(conf_dir, exist_ok=True)
     target = os.path.join(conf_dir, conf_name)
     with DirLock(conf_dir):
@@ -235,6 +273,7 @@ def uninstall_config(conf_dir, conf_name, network=None, force=False, log=print):
     """Remove ``conf_dir/conf_name`` when it is ours (its network is ``network``, when given). Another
     network's file is kept unless ``force``. Returns True when a file was removed."""
     target = os.path.join(conf_dir, conf_name)
+    check_conf_dir(conf_dir)
     if not os.path.isdir(conf_dir):
         return False
     with DirLock(conf_dir) as dfd:

@@ -257,6 +257,20 @@ def test_bad_input_is_refused_before_anything_is_written(skb, node, args, env, w
     assert not os.path.exists(os.path.join(os.path.dirname(node.conf), "escaped.conflist"))
 
 
+@pytest.mark.parametrize("make, words", [
+    (lambda p: open(p, "w").close(), "is a regular file, not a directory"),
+    (lambda p: os.symlink(p + "-nowhere", p), "is a dangling symbolic link, not a directory"),
+])
+def test_a_conf_dir_that_is_no_directory_is_named(skb, node, make, words):
+    os.makedirs(os.path.dirname(node.conf))
+    make(node.conf)
+    r = install(skb, node, node.v1)
+    assert r.returncode == 1 and f"--conf-dir {node.conf} {words}" in r.stderr, r.stderr
+    r = run(skb, "uninstall", "--conf-dir", node.conf)
+    assert r.returncode == 1 and f"--conf-dir {node.conf} {words}" in r.stderr, r.stderr
+    assert not os.path.isdir(node.conf)
+
+
 def test_uninstall_refuses_a_conf_name_outside_the_conf_dir(skb, node):
     os.makedirs(node.conf)
     outside = os.path.join(os.path.dirname(node.conf), "escaped.conflist")

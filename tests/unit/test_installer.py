@@ -183,7 +183,18 @@ def test_config_conflicts(tmp_path):
     assert "10-skb.conflist holds network 'cbr0', not 'skb'" in p
     write(tmp_path / "10-skb.conflist", "{trailing,")
     [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
-    assert "a file that is not a network configuration" in p
+    assert "10-skb.conflist is invalid JSON at line 1, column 2: Expecting property name" in p and "not a configuration of network 'skb'" in p
+    os.unlink(tmp_path / "10-skb.conflist")
+    os.symlink("/nonexistent", tmp_path / "10-skb.conflist")
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
+    assert "10-skb.conflist is a dangling symbolic link, not a configuration of network 'skb'" in p
+    os.unlink(tmp_path / "10-skb.conflist")
+    write(tmp_path / "05-broken.conflist", '{"cniVersion": "1.0.0",')
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
+    assert "05-broken.conflist is invalid JSON at line 1, column 24" in p and "; it comes before 10-skb.conflist" in p
+    assert "None" not in p
+    os.unlink(tmp_path / "05-broken.conflist")
+    write(tmp_path / "10-skb.conflist", "{trailing,")
 
     os.unlink(tmp_path / "10-skb.conflist")
     write(tmp_path / "05-flannel.conflist", {"name": "cbr0"})
