@@ -12,7 +12,7 @@ BUNDLE_RE = re.compile(r"^\.skb-\d[^/]*-[0-9a-f]{12}$")
 TMP_PREFIX = ".skb-tmp."  # every temporary name an install makes in a bin dir starts with this
 CONF_TMP_INFIX = ".skb-tmp."  # temporary config files: .<conf name>.skb-tmp.<pid>
 DEFAULT_BIN_DIR = "/opt/cni/bin"
-LAUNCHER_MAX_SIZE = 1 << 20  # our launchers are ~30 KB static binaries
+LAUNCHER_MAX_SIZE = 1 << 20  # our launchers are static binaries of about 50 KB
 LAUNCHER_MARK = b"skb-cni launcher"  # a string compiled into build/launcher.c's messages
 # A launcher names the bundle dir it starts: build/bundle.py stage writes the name after this mark, in a
 # slot of BUNDLE_SLOT bytes plus a NUL (build/launcher.c: bundle_slot).
