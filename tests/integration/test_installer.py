@@ -24,12 +24,17 @@ APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")
 CONF = "10-skb.conflist"
 
 
-def make_suite(path, version, size=2 << 20, parts=4, applets=APPLETS):
+def make_suite(path, version, size=2 << 20, parts=4, applets=APPLETS, docs=False):
     """A staged bin dir: .skb-<version>-<hash>/ (random files + MANIFEST), the .skb link, and launchers
-    whose bytes differ per version, each naming its bundle as build/bundle.py stage writes it."""
+    whose bytes differ per version, each naming its bundle as build/bundle.py stage writes it. ``docs``:
+    the bundle holds LICENSE and NOTICE, as a real one does."""
     rng = random.Random(version)
     work = os.path.join(path, ".work")
     os.makedirs(os.path.join(work, "_internal"))
+    if docs:
+        for doc in ("LICENSE", "NOTICE"):
+            with open(os.path.join(work, doc), "w") as f:
+                f.write(f"{doc} of skb-cni {version}\n")
     for i in range(parts):
         with open(os.path.join(work, "_internal", f"part{i}.so"), "wb") as f:
             f.write(rng.randbytes(size))
@@ -408,6 +413,25 @@ def test_uninstall_keep_config_keeps_it_with_or_without_purge(skb, node):
     assert r.returncode == 0, r.stderr
     assert read(os.path.join(node.conf, CONF)) == conf
     assert not set(APPLETS) & set(os.listdir(node.bin))
+
+
+def test_purge_removes_the_tarballs_docs_only_when_they_are_ours(skb, node, tmp_path):
+    suite = make_suite(str(tmp_path / "suite3"), "0.3.0", size=1 << 10, docs=True)
+    bundle = os.path.join(suite, os.readlink(os.path.join(suite, ".skb")))
+    for ours, operators in ((True, False), (False, True)):
+        bin_dir = str(tmp_path / f"bin-{ours}")
+        tar_over(suite, bin_dir)
+        for doc in ("LICENSE", "NOTICE"):          # what the release tarball puts beside the suite
+            with open(os.path.join(bin_dir, doc), "wb") as f:
+                f.write(read(os.path.join(bundle, doc)) if ours else b"the operator's own " + doc.encode())
+        with open(os.path.join(bin_dir, "README.md"), "w") as f:
+            f.write("# skb-cni\n\nCNI plugins\n" if ours else "# what is in this dir\n")
+        r = run(skb, "uninstall", "--conf-dir", node.conf, "--purge", "--bin-dir", bin_dir)
+        assert r.returncode == 0, r.stderr
+        left = sorted(os.listdir(bin_dir))
+        assert left == ([] if ours else ["LICENSE", "NOTICE", "README.md"]), left
+        if operators:
+            assert read(os.path.join(bin_dir, "LICENSE")) == b"the operator's own LICENSE"
 
 
 def test_uninstall_refuses_another_networks_config_unless_forced(skb, node):
