@@ -7,7 +7,6 @@ import re
 import select
 import subprocess
 import tempfile
-import time
 
 import pytest
 
@@ -149,10 +148,13 @@ def test_log_n_0_with_follow_shows_only_new_calls(skb, tmp_path):
     log.write_text(json.dumps({"command": "ADD", "plugin": "ptp", "env": {}}) + "\n")
     p = subprocess.Popen([skb, "log", str(log), "-f", "-n", "0"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(2)                         # it has read the file: the DEL below is a new call
-        with open(log, "a") as f:
-            f.write(json.dumps({"command": "DEL", "plugin": "ptp", "env": {}}) + "\n")
-        ready, _, _ = select.select([p.stdout], [], [], 20)
+        ready = []
+        for _ in range(20):                   # a DEL a second until one is new to it (it may start slowly)
+            with open(log, "a") as f:
+                f.write(json.dumps({"command": "DEL", "plugin": "ptp", "env": {}}) + "\n")
+            ready, _, _ = select.select([p.stdout], [], [], 1)
+            if ready:
+                break
         line = p.stdout.readline() if ready else "(nothing within 20 s)"
     finally:
         p.kill()
