@@ -4,6 +4,7 @@ import ipaddress
 import json
 import os
 import re
+import stat
 
 from skb.install.files import (CONF_TMP_INFIX, InstallError, DirLock, say,
                                write_file_atomically)
@@ -12,6 +13,38 @@ CONF_EXTENSIONS = (".conf", ".conflist", ".json")  # what libcni loads from a co
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
 DEFAULT_CONF_NAME = "10-skb.conflist"
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+MTU_MIN, MTU_MAX = 68, 65535   # IPv4's minimum; the largest a link takes
+# Addresses no pod can have: a pod CIDR overlapping one of these cannot work.
+RESERVED = {net: why for why, nets in (
+    ("the 'this network' block", ("0.0.0.0/8", "::/128")), ("loopback", ("127.0.0.0/8", "::1/128")),
+    ("multicast", ("224.0.0.0/4", "ff00::/8")), ("reserved (class E)", ("240.0.0.0/4",)))
+    for net in map(ipaddress.ip_network, nets)}
+
+
+def smallest_pod_prefix(bits):
+    """The longest prefix host-local allocates from: a /30 (a /126) holds the gateway and one pod once the
+    network and broadcast addresses are left out. host-local (plugins/hostlocal_ipam/config.py, parse_range)
+    refuses anything longer; the doctor's config-invalid and the installer apply this same rule."""
+    return bits - 2
+
+
+def check_mtu(text, source):
+    """The MTU ``text`` (from ``source``: --mtu, SKB_MTU, --set MTU=...) as a string, or InstallError."""
+    text = str(text).strip()
+    if not text.isdigit() or not MTU_MIN <= int(text) <= MTU_MAX:
+        raise InstallError(f"{source} {text!r}: expected a number from {MTU_MIN} to {MTU_MAX}, e.g. 1450")
+    return str(int(text))
+
+
+def check_conf_name(name, source="--conf-name", writing=True):
+    """A plain file name in the conf dir; one we write must end in .conflist, the only extension the
+    runtimes read a network list from (libcni skips other names and reads .conf/.json as one plugin)."""
+    if not name or "/" in name or name in (".", "..") or "\0" in name:
+        raise InstallError(f"{source} {name!r}: expected a plain file name in the conf dir, e.g. 10-skb.conflist")
+    if writing and not name.endswith(".conflist"):
+        raise InstallError(f"{source} {name!r}: the runtime reads a network list only from a name ending in "
+                           ".conflist (libcni skips other names, and reads .conf/.json as a single plugin), "
+                           "e.g. 10-skb.conflist")
 
 
 def parse_pod_cidrs(text, source="the pod CIDR"):
@@ -30,6 +63,7 @@ def parse_pod_cidrs(text, source="the pod CIDR"):
         except ValueError as e:
             raise InstallError(f"{source}: {item!r} is not a network in CIDR notation ({e}), "
                                "e.g. 10.244.1.0/24") from None
+        _check_pod_cidr(net, source)
         if any(n.version == net.version for n in nets):
             raise InstallError(f"{source}: two IPv{net.version} networks ({nets[0]}, {net}); "
                                "a node has at most one pod CIDR per address family")
@@ -37,6 +71,16 @@ def parse_pod_cidrs(text, source="the pod CIDR"):
     if not nets:
         raise InstallError(f"{source} is empty")
     return nets
+
+
+def _check_pod_cidr(net, source):
+    if net.prefixlen > smallest_pod_prefix(net.max_prefixlen):
+        raise InstallError(f"{source}: {net} is too small: host-local needs a gateway and at least one pod "
+                           f"address, so at most a /{smallest_pod_prefix(net.max_prefixlen)}, e.g. 10.244.1.0/24")
+    for reserved, why in RESERVED.items():
+        if net.version == reserved.version and net.overlaps(reserved):
+            raise InstallError(f"{source}: {net} overlaps {reserved}, {why}: no pod can have such an address; "
+                               "give this node's pod CIDR, e.g. 10.244.1.0/24")
 
 
 def template_values(pod_cidrs=(), extra=None):
@@ -98,13 +142,45 @@ def conf_bytes(conf):
 
 def network_name_of(path):
     """The ``name`` of the network configured in ``path``, or None when it cannot be read as one."""
+    return read_network(path)[0]
+
+
+def read_network(path):
+    """(the ``name`` of the network configured in ``path``, None) or (None, why it is not one): what the
+    doctor would say of it (a directory, a dangling symbolic link, invalid JSON at a line and column)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, "a dangling symbolic link" if os.path.islink(path) else "missing"
+    except OSError as e:
+        return None, f"unreadable ({e.strerror})"
+    if stat.S_ISDIR(st.st_mode):
+        return None, "a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return None, "not a regular file"   # a FIFO would block the read, as it blocks the runtime's
     try:
         with open(path, "rb") as f:
             conf = json.loads(f.read())
-    except (OSError, ValueError):
-        return None
+    except OSError as e:
+        return None, f"unreadable ({e.strerror})"
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
+    except ValueError:
+        return None, "not UTF-8 text"
     name = conf.get("name") if isinstance(conf, dict) else None
-    return name if isinstance(name, str) else None
+    if not isinstance(name, str) or not name:
+        return None, "a JSON file without a network name" if isinstance(conf, dict) else "not a JSON object"
+    return name, None
+
+
+def check_conf_dir(conf_dir, option="--conf-dir"):
+    """InstallError when ``conf_dir`` exists but is no directory (a file, a dangling symbolic link)."""
+    if os.path.isdir(conf_dir) or not os.path.lexists(conf_dir):
+        return
+    what = "a dangling symbolic link" if os.path.islink(conf_dir) else \
+        "a regular file" if os.path.isfile(conf_dir) else "not a directory"
+    raise InstallError(f"{option} {conf_dir} is {what}, not a directory: replace it by a directory or give "
+                       f"another {option}")
 
 
 def conf_files(conf_dir):
@@ -117,27 +193,47 @@ def conf_files(conf_dir):
     return sorted(n for n in names if n.endswith(CONF_EXTENSIONS) and os.path.isfile(os.path.join(conf_dir, n)))
 
 
-def config_conflicts(conf_dir, conf_name, network):
+def config_conflicts(conf_dir, conf_name, network, data=None):
     """Why writing ``network`` as ``conf_dir/conf_name`` would break another network: a list of messages.
 
     - the target holds another network's configuration (or something that is not one);
-    - a config file sorting before ours: libcni's first file wins, so the node would keep using it.
+    - a config file sorting before ours: the runtime (containerd's CRI, CRI-O) uses the first file by
+      name, so the node would keep using it. That holds for an earlier file of our own network name too:
+      the runtime would run its plugins, not ours. Only a byte-for-byte copy of ``data`` (what we write)
+      is harmless there: the runtime gets our configuration either way.
     """
     problems = []
     target = os.path.join(conf_dir, conf_name)
     if os.path.lexists(target):
-        other = network_name_of(target)
+        other, why = read_network(target)
         if other != network:
-            what = f"network {other!r}" if other else "a file that is not a network configuration"
-            problems.append(f"{target} holds {what}, not {network!r}: refusing to overwrite it")
+            what = f"holds network {other!r}, not {network!r}" if other else \
+                f"is {why}, not a configuration of network {network!r}"
+            problems.append(f"{target} {what}: refusing to overwrite it")
     for name in conf_files(conf_dir):
         if name >= conf_name:
             break
-        other = network_name_of(os.path.join(conf_dir, name))
-        if other != network:
-            problems.append(f"{os.path.join(conf_dir, name)} (network {other!r}) comes before {conf_name}: the "
+        path = os.path.join(conf_dir, name)
+        other, why = read_network(path)
+        if other is None:
+            problems.append(f"{path} is {why}; it comes before {conf_name}: the runtime fails on it (or keeps "
+                            "using it); fix or remove it, or name ours to sort first (--conf-name)")
+        elif other != network:
+            problems.append(f"{path} (network {other!r}) comes before {conf_name}: the "
                             "runtime would keep using it; remove it, or name ours to sort first (--conf-name)")
+        elif data is None or _read_bytes(path) != data:
+            problems.append(f"{path} also defines network {network!r}, with other contents, and comes before "
+                            f"{conf_name}: the runtime would use it, not ours; remove it, or name ours to sort "
+                            "first (--conf-name)")
     return problems
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def clean_conf_temps(conf_dir, conf_name):
@@ -150,16 +246,17 @@ def clean_conf_temps(conf_dir, conf_name):
 def install_config(conf_dir, conf_name, conf, force=False, log=print):
     """Write ``conf`` (a checked conflist dict) as ``conf_dir/conf_name``, atomically. Returns True when the
     file changed. Refuses (InstallError) to overwrite or be shadowed by another network unless ``force``."""
+    check_conf_dir(conf_dir)
     os.makedirs(conf_dir, exist_ok=True)
     target = os.path.join(conf_dir, conf_name)
     with DirLock(conf_dir):
         clean_conf_temps(conf_dir, conf_name)
-        problems = config_conflicts(conf_dir, conf_name, conf["name"])
+        data = conf_bytes(conf)
+        problems = config_conflicts(conf_dir, conf_name, conf["name"], data)
         if problems and not force:
             raise InstallError("; ".join(problems) + " (--force to write it anyway)")
         for p in problems:
             say(log, f"install: warning: {p} (--force)")
-        data = conf_bytes(conf)
         try:
             with open(target, "rb") as f:
                 if f.read() == data:
@@ -176,6 +273,7 @@ def uninstall_config(conf_dir, conf_name, network=None, force=False, log=print):
     """Remove ``conf_dir/conf_name`` when it is ours (its network is ``network``, when given). Another
     network's file is kept unless ``force``. Returns True when a file was removed."""
     target = os.path.join(conf_dir, conf_name)
+    check_conf_dir(conf_dir)
     if not os.path.isdir(conf_dir):
         return False
     with DirLock(conf_dir) as dfd:

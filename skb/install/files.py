@@ -12,7 +12,7 @@ BUNDLE_RE = re.compile(r"^\.skb-\d[^/]*-[0-9a-f]{12}$")
 TMP_PREFIX = ".skb-tmp."  # every temporary name an install makes in a bin dir starts with this
 CONF_TMP_INFIX = ".skb-tmp."  # temporary config files: .<conf name>.skb-tmp.<pid>
 DEFAULT_BIN_DIR = "/opt/cni/bin"
-LAUNCHER_MAX_SIZE = 1 << 20  # our launchers are ~30 KB static binaries
+LAUNCHER_MAX_SIZE = 1 << 20  # our launchers are static binaries of about 50 KB
 LAUNCHER_MARK = b"skb-cni launcher"  # a string compiled into build/launcher.c's messages
 # A launcher names the bundle dir it starts: build/bundle.py stage writes the name after this mark, in a
 # slot of BUNDLE_SLOT bytes plus a NUL (build/launcher.c: bundle_slot).
@@ -133,21 +133,45 @@ def fsync_path(path):
         os.close(fd)
 
 
+def os_error_text(e):
+    """``<file>: <cause>`` for an OSError, including shutil.copytree's Error, whose one argument is a list
+    of (src, dst, why) with ``why`` a string like "[Errno 28] No space left on device: '<dst>'"."""
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+        _, dst, why = e.args[0][0]
+        m = re.match(r"\[Errno \d+\] (.*?)(?:: '.*')?$", str(why))
+        more = f" (and {len(e.args[0]) - 1} more)" if len(e.args[0]) > 1 else ""
+        return f"{dst}: {m.group(1) if m else why}{more}"
+    if e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e)
+
+
 def copy_tree_durably(src, dst):
-    shutil.copytree(src, dst, symlinks=True)
-    for _, path in tree_files(dst):
-        if not os.path.islink(path):
-            fsync_path(path)
-    for dirpath, _, _ in os.walk(dst):
-        fsync_path(dirpath)
+    """Copy src to dst (a temporary name), each file and dir fsync'd. On failure (a full disk), dst is
+    removed and the error is an InstallError naming the file and the cause."""
+    try:
+        shutil.copytree(src, dst, symlinks=True)
+        for _, path in tree_files(dst):
+            if not os.path.islink(path):
+                fsync_path(path)
+        for dirpath, _, _ in os.walk(dst):
+            fsync_path(dirpath)
+    except OSError as e:
+        shutil.rmtree(dst, ignore_errors=True)
+        raise InstallError(f"cannot copy the bundle {src} to {dst}: {os_error_text(e)}") from None
 
 
 def replace_file(src, dest_dir, name):
     """Put a copy of src at dest_dir/name by rename(2): a runtime sees the old file or the new one."""
     tmp = os.path.join(dest_dir, f"{TMP_PREFIX}{os.getpid()}.{name}")
-    shutil.copyfile(src, tmp)
-    os.chmod(tmp, 0o755)
-    fsync_path(tmp)
+    try:
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o755)
+        fsync_path(tmp)
+    except OSError as e:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise InstallError(f"cannot copy {src} to {dest_dir}: {os_error_text(e)}") from None
     crash_point("launcher-written")
     os.rename(tmp, os.path.join(dest_dir, name))
 
@@ -171,7 +195,11 @@ def write_file_atomically(path, data, mode=0o644):
             view = view[os.write(fd, view):]
         os.fchmod(fd, mode)
         os.fsync(fd)
-    finally:
+    except OSError:
+        os.close(fd)
+        os.unlink(tmp)  # e.g. a full disk: leave no temporary file behind
+        raise
+    else:
         os.close(fd)
     os.rename(tmp, path)
     fsync_path(d)

@@ -105,14 +105,45 @@ def suite_installed(src, dest):
         return False
 
 
+# What the release tarball puts beside the suite (build/bundle.py, DOCS); skb install copies none of them.
+TARBALL_DOCS = ("LICENSE", "NOTICE", "README.md")
+README_TITLE = b"# skb-cni\n"
+
+
+def our_docs(dest):
+    """The tarball's LICENSE, NOTICE and README.md in ``dest`` that are ours: LICENSE and NOTICE byte for
+    byte a copy of a bundle's own there, README.md when it opens with our title. An operator's own file
+    of the same name stays."""
+    bundles = [os.path.join(dest, e) for e in os.listdir(dest) if BUNDLE_RE.match(e)]
+    found = []
+    for name in TARBALL_DOCS:
+        path = os.path.join(dest, name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        if name == "README.md":
+            with open(path, "rb") as f:
+                ours = f.read(len(README_TITLE)) == README_TITLE
+        else:
+            ours = any(os.path.isfile(os.path.join(b, name)) and _same_bytes(path, os.path.join(b, name))
+                       for b in bundles)
+        if ours:
+            found.append(path)
+    return found
+
+
 def uninstall_suite(dest, applets, log=print):
-    """Remove our launchers (only files that are ours: a Go plugin of the same name stays), the .skb link
-    and every bundle dir. Launchers go first, so nothing is left that could exec a missing bundle."""
+    """Remove our launchers (only files that are ours: a Go plugin of the same name stays), the .skb link,
+    every bundle dir and the tarball's LICENSE, NOTICE and README.md when they are ours (``our_docs``).
+    Launchers go first, so nothing is left that could exec a missing bundle."""
     dest = os.path.abspath(dest)
     if not os.path.isdir(dest):
         return False
     changed = False
     with DirLock(dest) as dfd:
+        for path in our_docs(dest):     # judged against the bundles, before they go
+            os.unlink(path)
+            changed = True
+            say(log, f"uninstall: removed {path}")
         for applet in sorted(applets):
             path = os.path.join(dest, applet)
             if is_our_launcher(path):

@@ -10,8 +10,9 @@ turn. After the explanation the doctor checks that apply run and their findings 
 matches nothing is said to be unknown and the whole doctor runs.
 
 ``--journal`` reads the runtimes' recent log: ``journalctl`` (bounded in time, lines, bytes and seconds)
-for the containerd, crio and kubelet units, else log files (``--log-file``); every recognised message is
-listed once with how often it appeared. Where neither is available it says so and exits 0.
+for the containerd, crio and kubelet units, else the usual log files; every recognised message is listed
+once with how often it appeared. Where neither is available it says so and exits 0. ``--log-file FILE``
+(repeatable, implies ``--journal``) reads those files instead: one that cannot be read is an error.
 """
 import os
 import sys
@@ -178,9 +179,16 @@ def _doctor(opts, codes, groups, style, out, explained=None):
 # --journal
 
 def journal_lines(opts):
-    """(source, lines) of the runtimes' recent log, or (None, reason) when none is available."""
+    """(source, lines) of the runtimes' recent log, or (None, reason) when none is available. Files
+    given with --log-file are read, each of them: one that cannot be read is a BadFile (a typo must not
+    look like a clean log)."""
+    if opts.log_file:
+        lines = []
+        for path in opts.log_file:
+            lines += _tail(path).decode("utf-8", "replace").splitlines()
+        return ", ".join(opts.log_file), lines
     journalctl = shutil.which("journalctl")
-    if journalctl and not opts.log_file:
+    if journalctl:
         argv = [journalctl, "--no-pager", "-o", "cat", "--since", JOURNAL_SINCE, "-n", str(JOURNAL_LINES)]
         for unit in JOURNAL_UNITS:
             argv += ["-u", unit]
@@ -196,9 +204,9 @@ def journal_lines(opts):
             reason = (f"journalctl exited {p.returncode}: {p.stderr.decode('utf-8', 'replace').strip()[:200]}"
                       if p.returncode else "journalctl has no recent entries for " + ", ".join(JOURNAL_UNITS))
     else:
-        reason = "no journalctl on PATH" if not opts.log_file else ""
+        reason = "no journalctl on PATH"
     tried = []
-    for path in opts.log_file or LOG_FILES:
+    for path in LOG_FILES:
         try:
             fd_data = _tail(path)
         except BadFile as e:
@@ -265,7 +273,10 @@ def _read_stdin():
 def command(opts):
     doctor_command.safe_stdout()
     try:
-        if opts.journal:
+        if opts.log_file and (opts.text or opts.file):
+            return _usage_error(opts, "--log-file reads the runtimes' log (it implies --journal): give it or a "
+                                      "message to explain, not both")
+        if opts.journal or opts.log_file:
             return explain_journal(opts, sys.stdout)
         if opts.file:
             if opts.text:
@@ -318,7 +329,8 @@ def add_parser(sub, formatter, parents=()):
     e.add_argument("--journal", action="store_true",
                    help="read the runtimes' recent log (journalctl -u containerd -u crio -u kubelet, else log files)")
     e.add_argument("--log-file", action="append", metavar="FILE",
-                   help="with --journal: read this log file instead of the journal (repeatable)")
+                   help="read this log file instead of the journal (repeatable; implies --journal; a file "
+                        "that cannot be read is an error)")
     e.add_argument("--json", action="store_true", help="the findings as JSON (after the explanation)")
     doctor_command.add_options(e)
     e.set_defaults(func=command, json=False, explain_usage=e.format_usage())

@@ -7,11 +7,12 @@ import time
 
 from skb.applets import APPLETS
 from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK, DEFAULT_TEMPLATE,
-                                  VAR_RE, conf_bytes, install_config, parse_pod_cidrs, render,
-                                  template_values, uninstall_config)
-from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, say
+                                  VAR_RE, conf_bytes, config_conflicts, install_config, parse_pod_cidrs,
+                                  render, template_values, uninstall_config, check_conf_name, check_mtu)
+from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, os_error_text, say
 from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
+from skb.tool.argtypes import positive_seconds, seconds
 from skb.tool.style import fail
 
 INSTALL_HELP = "install the suite into a CNI bin dir and write this node's network configuration"
@@ -21,8 +22,9 @@ What it does, each step atomic (temporary file, then rename) and skipped when al
      no launcher names (an older release extracted there by tar leaves its own);
   2. fills the template with this node's pod CIDR and MTU and writes --conf-dir/--conf-name.
 A rerun is a no-op; a run killed half-way leaves the old files in place and the next run completes.
-It refuses to overwrite another network's configuration, or to write ours where another network's file
-sorts first (the runtime would keep using that one), unless --force.
+It refuses to overwrite another network's configuration, or to write ours where another file sorts first
+(the runtime would keep using that one), unless --force: another network's, or one of our network's name
+with other contents (an exact copy of ours is harmless). --wait warns when such a file appears later.
 
 template variables (${NAME}):
   POD_CIDR     the first pod CIDR, e.g. 10.244.1.0/24
@@ -30,6 +32,10 @@ template variables (${NAME}):
   POD_ROUTES   host-local "routes": a default route per family
   MTU          --mtu, else the MTU of the interface of this node's default route (1500 without one)
   any NAME given with --set NAME=VALUE
+
+A pod CIDR must leave host-local a gateway and one pod (at most a /30, a /126) and avoid the loopback,
+multicast and 0.0.0.0/8 blocks; an MTU (--mtu, SKB_MTU, --set MTU=) is 68 to 65535; --conf-name is a
+plain file name ending in .conflist.
 
 pod CIDR sources, the first given wins: --pod-cidr, --pod-cidr-file, SKB_POD_CIDR, --pod-cidr-from-api
 (this node's spec.podCIDRs, read from the Kubernetes API with the pod's ServiceAccount: a pod's
@@ -90,16 +96,17 @@ def add_parsers(sub, raw, parents):
                    help="the node whose pod CIDRs to read (default: $NODE_NAME)")
     p.add_argument("--service-account-dir", default=node.SA_DIR, metavar="DIR",
                    help=f"the pod's ServiceAccount token and ca.crt (default: {node.SA_DIR})")
-    p.add_argument("--api-wait", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--api-wait", type=seconds, default=300.0, metavar="SECONDS",
                    help="how long to wait for the API, or for the node to get its pod CIDR (default: 300)")
-    p.add_argument("--mtu", default=os.environ.get("SKB_MTU", ""),
+    p.add_argument("--mtu",
                    help="the pods' MTU (default: $SKB_MTU, else the MTU of the default route's interface)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="another template variable")
     p.add_argument("--no-config", action="store_true", help="install the suite only")
     p.add_argument("--force", action="store_true", help="write our config even over or behind another network's")
     p.add_argument("--wait", action="store_true",
                    help="then keep running (a DaemonSet's container): re-install whatever goes missing")
-    p.add_argument("--interval", type=float, default=60.0, help="seconds between checks with --wait (default: 60)")
+    p.add_argument("--interval", type=positive_seconds, default=60.0,
+                   help="seconds between checks with --wait (above 0; default: 60)")
     p.add_argument("--uninstall-on-stop", action="store_true",
                    help="with --wait: remove our config on SIGTERM (when removing skb-cni from a cluster)")
     p.add_argument("-q", "--quiet", action="store_true", help="print errors only")
@@ -115,8 +122,8 @@ def add_parsers(sub, raw, parents):
     u.add_argument("--force", action="store_true", help="remove the file even if it holds another network")
     u.add_argument("--purge", action="store_true", help="remove the launchers and the bundle too")
     u.add_argument("--keep-config", action="store_true",
-                   help="with --purge: remove the suite only (going back to the Go plugins, which read the "
-                        "same config)")
+                   help="leave the config in place (with --purge: remove the suite only, e.g. going back to "
+                        "the Go plugins, which read the same config)")
     u.add_argument("-q", "--quiet", action="store_true", help="print errors only")
     u.set_defaults(func=cmd_uninstall)
 
@@ -126,12 +133,11 @@ def _log(opts):
 
 
 def _mtu(opts, log):
-    """The MTU value of the template: --mtu, else the default route's interface's, else 1500."""
-    if str(opts.mtu).strip():
-        text = str(opts.mtu).strip()
-        if not text.isdigit() or not 68 <= int(text) <= 65535:
-            raise InstallError(f"--mtu {text!r}: expected a number from 68 to 65535, e.g. --mtu 1450")
-        return text
+    """The MTU value of the template: --mtu, else $SKB_MTU, else the default route's interface's, else 1500."""
+    if opts.mtu is not None:
+        return check_mtu(opts.mtu, "--mtu")
+    if os.environ.get("SKB_MTU", "").strip():
+        return check_mtu(os.environ["SKB_MTU"], "SKB_MTU")
     iface, mtu = node.default_route_mtu()
     if mtu:
         say(log, f"install: MTU {mtu}, from {iface} (the interface of this node's default route)")
@@ -171,7 +177,7 @@ def _rendered_config(opts, log=None):
         name, sep, value = item.partition("=")
         if not sep or not VAR_RE.fullmatch("${" + name + "}"):
             raise InstallError(f"--set {item!r}: expected NAME=VALUE, e.g. --set MTU=1450")
-        extra[name] = value
+        extra[name] = check_mtu(value, "--set MTU") if name == "MTU" else value
     return render(template, template_values(cidrs, extra), source)
 
 
@@ -187,6 +193,10 @@ def cmd_install(opts):
     source = opts.source or default_source()
     if not source:
         return fail("skb install", "--from DIR is required when skb does not run from an installed suite", opts)
+    if opts.uninstall_on_stop and not opts.wait:
+        print("skb install: error: --uninstall-on-stop acts when a --wait install is stopped: give --wait too, "
+              "or run skb uninstall to remove the config now", file=sys.stderr)
+        return 2
     uninstall_on_stop = opts.uninstall_on_stop or _true(os.environ.get("SKB_UNINSTALL_ON_STOP", ""))
     stop = []
     if opts.wait:
@@ -195,27 +205,41 @@ def cmd_install(opts):
         signal.signal(signal.SIGTERM, lambda *_: stop.append(signal.SIGTERM))
         signal.signal(signal.SIGINT, lambda *_: stop.append(signal.SIGINT))
     try:
+        if not opts.no_config:
+            check_conf_name(opts.conf_name)
         conf = None if opts.no_config else _rendered_config(opts, log)
         _install_once(opts, source, conf, log)
         if not opts.wait:
             return 0
-        say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
-        while not stop:
-            deadline = time.monotonic() + opts.interval
-            while not stop and time.monotonic() < deadline:
-                time.sleep(min(0.2, opts.interval))
-            if stop:
-                break
-            if not suite_installed(source, opts.bin_dir) or (conf is not None and not _conf_current(opts, conf)):
-                say(log, "install: something went missing: installing again")
-                _install_once(opts, source, conf, log)
+        _watch(opts, source, conf, log, stop)
         if uninstall_on_stop and conf is not None:
             uninstall_config(opts.conf_dir, opts.conf_name, conf["name"], log=log)
         return 0
     except InstallError as e:
         return fail("skb install", str(e), opts)
     except OSError as e:
-        return fail("skb install", f"{e.filename or ''}: {e.strerror}", opts)
+        return fail("skb install", os_error_text(e), opts)
+
+
+def _watch(opts, source, conf, log, stop):
+    """--wait: every --interval, install again whatever went missing (refusing what the first install
+    refuses), and warn once about each file that comes to sort before ours and take the node's network."""
+    say(log, f"install: watching {opts.bin_dir} and {opts.conf_dir} every {opts.interval:g}s")
+    warned = set()
+    while not stop:
+        deadline = time.monotonic() + opts.interval
+        while not stop and time.monotonic() < deadline:
+            time.sleep(min(0.2, opts.interval))
+        if stop:
+            return
+        if not suite_installed(source, opts.bin_dir) or (conf is not None and not _conf_current(opts, conf)):
+            say(log, "install: something went missing: installing again")
+            _install_once(opts, source, conf, log)
+        if conf is not None and not opts.force:
+            problems = set(config_conflicts(opts.conf_dir, opts.conf_name, conf["name"], conf_bytes(conf)))
+            for p in sorted(problems - warned):
+                say(log, f"install: warning: {p}")
+            warned = problems
 
 
 def _conf_current(opts, conf):
@@ -229,7 +253,8 @@ def _conf_current(opts, conf):
 def cmd_uninstall(opts):
     log = _log(opts)
     try:
-        if not (opts.keep_config and opts.purge):
+        check_conf_name(opts.conf_name, writing=False)
+        if not opts.keep_config:
             uninstall_config(opts.conf_dir, opts.conf_name, opts.network, force=opts.force, log=log)
         if opts.purge:
             uninstall_suite(opts.bin_dir, APPLETS, log=log)
@@ -237,4 +262,4 @@ def cmd_uninstall(opts):
     except InstallError as e:
         return fail("skb uninstall", str(e), opts)
     except OSError as e:
-        return fail("skb uninstall", f"{e.filename or ''}: {e.strerror}", opts)
+        return fail("skb uninstall", os_error_text(e), opts)

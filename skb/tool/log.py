@@ -15,6 +15,7 @@ import json
 import time
 import stat
 
+from skb.tool import argtypes
 from skb.tool.style import Style, fail
 from skb.linux.files import kind_name
 from skb.tool.doctor.files import BadFile, open_regular
@@ -205,6 +206,10 @@ def command(opts):
     safe_stdout()
     style = Style.for_stream(sys.stdout, opts.color)
     path = opts.file
+    if opts.lines == 0 and not opts.follow:
+        print("skb log: error: -n 0 shows no record (give N of 1 or more, or --follow -n 0 for only new calls)",
+              file=sys.stderr)
+        return 2
     if opts.follow:
         return follow(path, opts, style)
     try:
@@ -329,8 +334,8 @@ def add_parser(sub, formatter, parents=()):
     lg.add_argument("file", help="the JSON-lines debug log or capture")
     lg.add_argument("-v", "--verbose", action="store_true", help="show stdin/stdout of successful calls too")
     lg.add_argument("-f", "--follow", action="store_true", help="print new calls as they are written")
-    lg.add_argument("-n", "--lines", type=int, metavar="N",
-                    help="only the last N records (default: all; with --follow: 10)")
+    lg.add_argument("-n", "--lines", type=argtypes.count, metavar="N",
+                    help="only the last N records (default: all; with --follow: 10, and 0 shows only new ones)")
     lg.add_argument("--json", action="store_true", help='one JSON line per record: {"number": N, "record": {...}}')
     lg.set_defaults(func=command)
     return lg

@@ -18,6 +18,7 @@ from skb import __version__
 from skb.cni.errors import CNIError
 from skb.cni.netconf import SUPPORTED_VERSIONS
 from skb.tool import install
+from skb.tool.argtypes import positive_seconds
 from skb.tool.style import Style, fail
 from skb.linux import scratch_netns
 from skb.tool import doctor
@@ -293,7 +294,8 @@ def _common_run_args(p, netns_required=True):
     p.add_argument("--args", help="CNI_ARGS to send, K=V;K=V (default: $CNI_ARGS)")
     p.add_argument("--cap-args", help="capability arguments, a JSON object (default: $CAP_ARGS)")
     p.add_argument("--container-id", help="container id (default: cnitool's, derived from the netns path)")
-    p.add_argument("--timeout", type=float, help="kill a plugin that takes longer (seconds; default: wait)")
+    p.add_argument("--timeout", type=positive_seconds,
+                   help="kill a plugin that takes longer (seconds, above 0; default: wait)")
     p.add_argument("-v", "--verbose", action="store_true", help="list each plugin run on stderr")
     p.set_defaults(func=_cmd_run)
 
@@ -369,7 +371,8 @@ def main(argv):
         parser.print_help()
         return 2
     if opts.cmd == "netns" and opts.action in ("add", "del") and not opts.names:
-        parser.parse_args(["netns", "--help"])
+        parser.commands["netns"].error(f"netns {opts.action} needs at least one NAME, "
+                                       f"e.g. skb netns {opts.action} blue")
     try:
         return opts.func(opts)
     except KeyboardInterrupt:

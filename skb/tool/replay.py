@@ -15,6 +15,13 @@ scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prev
 in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
 run: the side-by-side view shows which lines differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
 
+A replay leaves the node as it found it: an ADD replayed in a scratch netns is followed by the matching
+DEL (same stdin and CNI_* variables, in the same scratch netns, before it is deleted), which releases the
+address it reserved and removes its host routes and masquerade rules; its outcome is reported. With
+``--keep-netns`` that DEL is not run (the state stays with the kept netns, and the output says so). An ADD
+or DEL whose recorded netns still exists would act on that pod for real: it is refused unless ``--live``
+(``--scratch`` replays it in a scratch netns instead).
+
 A replay records nothing: the files where the call would append its own record (``skbDebugLog``, the
 debug plugin's ``captureFile`` and ``cniOutput`` in its stdin, ``SKB_DEBUG_LOG``), the record file being
 replayed among them, are swapped for files in a temporary directory, removed afterwards. A log then
@@ -36,6 +43,7 @@ from skb.cni.errors import CNIError
 from skb.linux.files import read_regular
 from skb.linux import netns
 from skb.linux import scratch_netns
+from skb.tool.argtypes import positive_seconds, record_number
 from skb.tool.style import Style
 
 _TEXT_COMMANDS = {"CmdAdd": "ADD", "CmdDel": "DEL", "CmdCheck": "CHECK", "CmdStatus": "STATUS", "CmdGC": "GC"}
@@ -289,8 +297,13 @@ def replay(rec, plugin, opts):
     stdin = rec.get("stdin") or ""
     old_ns = env.get("CNI_NETNS", "")
     scratch = None
+    live = command in ("ADD", "DEL") and not opts.scratch and bool(old_ns) and _is_netns(old_ns)
+    if live and not opts.live:
+        raise ReplayError(f"the recorded netns {old_ns} still exists: replaying this {command} would act on that "
+                          "pod's network for real; give --scratch to replay it in a scratch netns, or --live to "
+                          "act on the pod")
     wanted = command in _USES_NETNS and (opts.scratch or (command != "DEL" and old_ns and not _is_netns(old_ns)))
-    note = ""
+    note = f"--live: ran in the recorded netns {old_ns}, on that pod for real" if live else ""
     if wanted:
         name = scratch_netns.unique_name("skb-replay")
         try:
@@ -305,17 +318,11 @@ def replay(rec, plugin, opts):
     stdin, diverted = divert_records(stdin, env, tmpdir)
     log_note = (f"the call's own record ({', '.join(diverted)}) went to a temporary file, removed since: "
                 "a replay appends to no log" if diverted else "")
+    cleanup_note = ""
     try:
-        try:
-            code, stdout, stderr = rawexec.spawn(plugin, [plugin], env, stdin.encode("utf-8", "surrogatepass"),
-                                                 opts.timeout)
-            out = {"exitCode": code, "stdout": stdout.decode(errors="replace"),
-                   "stderr": stderr.decode(errors="replace")}
-        except rawexec.Timeout as e:
-            out = {"exitCode": None, "stdout": e.stdout.decode(errors="replace"),
-                   "stderr": e.stderr.decode(errors="replace") + f"\n(killed after {opts.timeout:g} s)"}
-        except OSError as e:
-            raise ReplayError(f"cannot run {plugin}: {e.strerror}") from None
+        out = _run(plugin, env, stdin, opts.timeout)
+        if scratch and command == "ADD":
+            cleanup_note = _undo_add(plugin, env, stdin, opts)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
         if scratch and not opts.keep_netns:
@@ -336,9 +343,36 @@ def replay(rec, plugin, opts):
             recorded["stdout"].strip() == out["stdout"].strip()
         same = recorded["exitCode"] == out["exitCode"] and same_out
     return {"command": command, "plugin": plugin, "env": {k: v for k, v in env.items() if k.startswith("CNI_")},
-            "netnsNote": note, "pathNote": path_note, "logNote": log_note,
+            "netnsNote": note, "pathNote": path_note, "logNote": log_note, "cleanupNote": cleanup_note,
             "keptNetns": scratch if scratch and opts.keep_netns else "",
             "recorded": recorded, "replayed": out, "same": same}
+
+
+def _run(plugin, env, stdin, timeout):
+    """The call's exit code (None when killed), stdout and stderr."""
+    try:
+        code, stdout, stderr = rawexec.spawn(plugin, [plugin], env, stdin.encode("utf-8", "surrogatepass"), timeout)
+        return {"exitCode": code, "stdout": stdout.decode(errors="replace"), "stderr": stderr.decode(errors="replace")}
+    except rawexec.Timeout as e:
+        return {"exitCode": None, "stdout": e.stdout.decode(errors="replace"),
+                "stderr": e.stderr.decode(errors="replace") + f"\n(killed after {timeout:g} s)"}
+    except OSError as e:
+        raise ReplayError(f"cannot run {plugin}: {e.strerror}") from None
+
+
+def _undo_add(plugin, env, stdin, opts):
+    """After an ADD in a scratch netns: its DEL, so that no reservation, host route or masquerade rule
+    of a pod that never was stays on the node. What happened, as a note."""
+    ids = f"container {env.get('CNI_CONTAINERID', '')}, ifname {env.get('CNI_IFNAME', '')}"
+    if opts.keep_netns:
+        return (f"--keep-netns: the matching DEL was not run, so the ADD's node state stays (its address "
+                f"reservation, host routes, masquerade rules; {ids}) until a DEL of that container")
+    done = _run(plugin, dict(env, CNI_COMMAND="DEL"), stdin, opts.timeout)
+    if done["exitCode"] == 0:
+        return f"ran the matching DEL ({ids}) in the scratch netns: exit 0, the ADD left nothing on the node"
+    why = " ".join((done["stdout"] or done["stderr"]).split())[:300]
+    return (f"the matching DEL ({ids}) failed (exit {done['exitCode']}): {why}: the ADD's address reservation, "
+            "host routes or masquerade rules may remain on the node")
 
 
 def show(number, rec, outcome, style, width, out):
@@ -347,7 +381,7 @@ def show(number, rec, outcome, style, width, out):
                      f" at {rec.get('time', '?')}") + f", replayed with {outcome['plugin']}", file=out)
     print(f"  container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
           f"netns={env.get('CNI_NETNS', '')} args={env.get('CNI_ARGS', '')}", file=out)
-    for key in ("netnsNote", "pathNote", "logNote"):
+    for key in ("netnsNote", "pathNote", "logNote", "cleanupNote"):
         if outcome[key]:
             print(f"  {style.yellow(outcome[key])}", file=out)
     rec_out, new = outcome["recorded"], outcome["replayed"]
@@ -407,7 +441,10 @@ EPILOG = """\
 Reads a plugin's debug log (skbDebugLog / SKB_DEBUG_LOG), the debug plugin's captureFile, or the
 reference debug plugin's cniOutput text. Runs the call with its recorded CNI_* variables and stdin. An ADD
 or CHECK whose netns is gone runs in a scratch netns (the path is substituted in env, stdin and the
-recorded output). Exit status: 0 same outcome, 1 different, 2 could not replay.
+recorded output); an ADD there is followed by its DEL, so the node keeps no address, route or masquerade
+rule of it (not with --keep-netns). An ADD or DEL whose recorded netns still exists would act on that pod
+for real: refused unless --live (or --scratch). Exit status: 0 same outcome, 1 different, 2 could not
+replay.
 
 examples:
   skb log /tmp/capture.jsonl                          # find the record number
@@ -422,16 +459,20 @@ def add_parser(sub, formatter, parents=()):
                        description="Re-run a call recorded by a debug log or capture, next to its recorded output.",
                        epilog=EPILOG, formatter_class=formatter)
     r.add_argument("file", help="debug log, captureFile, or cniOutput text")
-    r.add_argument("-n", "--number", type=int, default=-1,
+    r.add_argument("-n", "--number", type=record_number, default=-1,
                    help="which record: 1-based, negative from the end (default: -1, the last)")
     r.add_argument("--command", choices=("ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION"),
                    help="count only records of this command")
     r.add_argument("--plugin", help="plugin to run: a path, or a name looked up in the CNI path")
     r.add_argument("--cni-path", help="plugin dirs, ':'-separated (also sent as CNI_PATH)")
     r.add_argument("--scratch", action="store_true", help="always run in a scratch netns")
-    r.add_argument("--keep-netns", action="store_true", help="keep the scratch netns for a look afterwards")
+    r.add_argument("--keep-netns", action="store_true",
+                   help="keep the scratch netns for a look afterwards (a replayed ADD is then not undone)")
+    r.add_argument("--live", action="store_true",
+                   help="replay an ADD or DEL in its recorded netns when that still exists: acts on the pod for real")
     r.add_argument("--netns-dir", default="/run/netns", help="where scratch namespaces go (default: /run/netns)")
-    r.add_argument("--timeout", type=float, default=60.0, help="kill the plugin after this many seconds")
+    r.add_argument("--timeout", type=positive_seconds, default=60.0,
+                   help="kill the plugin after this many seconds (above 0; default: 60)")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.set_defaults(func=command)
     return r

@@ -99,6 +99,17 @@ def test_host_local_ranges_it_refuses(skb, setup, rng, reason):
     assert reason in f["evidence"], f["evidence"]
 
 
+def test_a_range_host_local_refuses_is_one_finding_not_a_status_failure_too(skb, setup):
+    """One cause, one finding: STATUS of a 1.1.0 network fails on the same host-local config error."""
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.66.0.0/32"}]],
+                                 "dataDir": str(setup.tmp / "ipam")}}]})
+    out = doctor(skb, setup)
+    assert problems(out) == [("error", "config-invalid")], out["problems"]
+    [status] = find(out, "status-failed")              # still shown, as a note that points at the cause
+    assert status["severity"] == "note" and "config-invalid" in status["what"], status
+
+
 def test_host_local_without_ranges_and_a_good_one(skb, setup):
     setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
         {"type": "ptp", "ipam": {"type": "host-local"}}]})

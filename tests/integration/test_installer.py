@@ -24,12 +24,17 @@ APPLETS = ("debug", "host-local", "loopback", "ptp", "skb")
 CONF = "10-skb.conflist"
 
 
-def make_suite(path, version, size=2 << 20, parts=4, applets=APPLETS):
+def make_suite(path, version, size=2 << 20, parts=4, applets=APPLETS, docs=False):
     """A staged bin dir: .skb-<version>-<hash>/ (random files + MANIFEST), the .skb link, and launchers
-    whose bytes differ per version, each naming its bundle as build/bundle.py stage writes it."""
+    whose bytes differ per version, each naming its bundle as build/bundle.py stage writes it. ``docs``:
+    the bundle holds LICENSE and NOTICE, as a real one does."""
     rng = random.Random(version)
     work = os.path.join(path, ".work")
     os.makedirs(os.path.join(work, "_internal"))
+    if docs:
+        for doc in ("LICENSE", "NOTICE"):
+            with open(os.path.join(work, doc), "w") as f:
+                f.write(f"{doc} of skb-cni {version}\n")
     for i in range(parts):
         with open(os.path.join(work, "_internal", f"part{i}.so"), "wb") as f:
             f.write(rng.randbytes(size))
@@ -227,63 +232,6 @@ def test_template_and_set_and_pod_cidr_sources(skb, node, tmp_path):
     assert read(os.path.join(node.conf, CONF)) == rendered("10.244.8.0/24")
 
 
-@pytest.mark.parametrize("args, env, words", [
-    ([], {}, "${POD_RANGES}, which has no value (give the node's pod CIDR"),
-    (["--pod-cidr", "10.244.1.1/24"], {}, "--pod-cidr: '10.244.1.1/24' is not a network"),
-    ([], {"SKB_POD_CIDR": "nonsense"}, "SKB_POD_CIDR: 'nonsense' has no prefix length"),
-    (["--pod-cidr-file", "/nonexistent/cidrs"], {}, "cannot read the pod CIDR file /nonexistent/cidrs"),
-    (["--template", "/nonexistent/t"], {}, "cannot read the template /nonexistent/t"),
-    (["--pod-cidr", "10.0.0.0/24", "--set", "bad"], {}, "--set 'bad': expected NAME=VALUE"),
-])
-def test_bad_input_is_refused_before_anything_is_written(skb, node, args, env, words):
-    r = install(skb, node, node.v1, *args, env=env, cidr=None)
-    assert r.returncode == 1
-    assert words in r.stderr, r.stderr
-    assert not os.path.exists(node.bin) and not os.path.exists(node.conf)
-
-
-def test_from_is_required_outside_a_frozen_suite(skb, node, bin_dir):
-    if os.environ.get("SKB_BIN_DIR"):
-        pytest.skip("the frozen skb defaults --from to its own suite (test_frozen_suite_installs_itself)")
-    r = run(skb, "install", "--bin-dir", node.bin, "--no-config")
-    assert r.returncode == 1 and "--from DIR is required" in r.stderr
-
-
-def test_missing_suite_is_named(skb, node, tmp_path):
-    r = install(skb, node, str(tmp_path))
-    assert r.returncode == 1 and "holds no skb-cni suite" in r.stderr
-
-
-# ------------------------------------------------------------------------------------ another network's config
-
-def test_refuses_to_overwrite_another_networks_config_unless_forced(skb, node):
-    os.makedirs(node.conf)
-    other = json.dumps({"cniVersion": "0.3.1", "name": "cbr0", "plugins": [{"type": "flannel"}]}).encode()
-    with open(os.path.join(node.conf, CONF), "wb") as f:
-        f.write(other)
-    r = install(skb, node, node.v1)
-    assert r.returncode == 1
-    assert f"{CONF} holds network 'cbr0', not 'skb': refusing to overwrite it" in r.stderr and "--force" in r.stderr
-    assert read(os.path.join(node.conf, CONF)) == other
-    r = install(skb, node, node.v1, "--force")
-    assert r.returncode == 0, r.stderr
-    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.1.0/24")
-
-
-def test_refuses_to_sit_behind_another_networks_config_unless_forced(skb, node):
-    os.makedirs(node.conf)
-    with open(os.path.join(node.conf, "05-calico.conflist"), "w") as f:
-        json.dump({"cniVersion": "0.3.1", "name": "k8s-pod-network", "plugins": [{"type": "calico"}]}, f)
-    r = install(skb, node, node.v1)
-    assert r.returncode == 1
-    assert "05-calico.conflist (network 'k8s-pod-network') comes before 10-skb.conflist" in r.stderr
-    assert not os.path.exists(os.path.join(node.conf, CONF))
-    r = install(skb, node, node.v1, "--force")
-    assert r.returncode == 0 and "warning" in r.stderr
-    r = install(skb, node, node.v1, "--conf-name", "00-skb.conflist")
-    assert r.returncode == 0, r.stderr
-
-
 # ------------------------------------------------------------------------------------ uninstall
 
 def test_uninstall_removes_only_our_config_and_purge_only_our_launchers(skb, node):
@@ -306,6 +254,38 @@ def test_uninstall_removes_only_our_config_and_purge_only_our_launchers(skb, nod
     assert "kept" in r.stderr and "not an skb-cni launcher" in r.stderr
 
 
+def test_uninstall_keep_config_keeps_it_with_or_without_purge(skb, node):
+    assert install(skb, node, node.v1).returncode == 0
+    conf = read(os.path.join(node.conf, CONF))
+    r = run(skb, "uninstall", "--conf-dir", node.conf, "--bin-dir", node.bin, "--keep-config")
+    assert r.returncode == 0, r.stderr
+    assert read(os.path.join(node.conf, CONF)) == conf
+    assert_installed(node, node.v1)
+    r = run(skb, "uninstall", "--conf-dir", node.conf, "--bin-dir", node.bin, "--keep-config", "--purge")
+    assert r.returncode == 0, r.stderr
+    assert read(os.path.join(node.conf, CONF)) == conf
+    assert not set(APPLETS) & set(os.listdir(node.bin))
+
+
+def test_purge_removes_the_tarballs_docs_only_when_they_are_ours(skb, node, tmp_path):
+    suite = make_suite(str(tmp_path / "suite3"), "0.3.0", size=1 << 10, docs=True)
+    bundle = os.path.join(suite, os.readlink(os.path.join(suite, ".skb")))
+    for ours, operators in ((True, False), (False, True)):
+        bin_dir = str(tmp_path / f"bin-{ours}")
+        tar_over(suite, bin_dir)
+        for doc in ("LICENSE", "NOTICE"):          # what the release tarball puts beside the suite
+            with open(os.path.join(bin_dir, doc), "wb") as f:
+                f.write(read(os.path.join(bundle, doc)) if ours else b"the operator's own " + doc.encode())
+        with open(os.path.join(bin_dir, "README.md"), "w") as f:
+            f.write("# skb-cni\n\nCNI plugins\n" if ours else "# what is in this dir\n")
+        r = run(skb, "uninstall", "--conf-dir", node.conf, "--purge", "--bin-dir", bin_dir)
+        assert r.returncode == 0, r.stderr
+        left = sorted(os.listdir(bin_dir))
+        assert left == ([] if ours else ["LICENSE", "NOTICE", "README.md"]), left
+        if operators:
+            assert read(os.path.join(bin_dir, "LICENSE")) == b"the operator's own LICENSE"
+
+
 def test_uninstall_refuses_another_networks_config_unless_forced(skb, node):
     os.makedirs(node.conf)
     with open(os.path.join(node.conf, CONF), "w") as f:
@@ -322,32 +302,51 @@ def test_uninstall_refuses_another_networks_config_unless_forced(skb, node):
 
 # ------------------------------------------------------------------------------------ --wait
 
+def _run_waiting(skb, node, act, *extra):
+    """``skb install --wait``: once the first install is done, ``act()``; then SIGTERM, which must end it
+    with status 0. Its stderr."""
+    args = [skb, "install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf,
+            "--pod-cidr", "10.244.1.0/24", "--wait", "--interval", "0.2", *extra]
+    p = subprocess.Popen(args, env={"PATH": os.environ["PATH"]}, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        while not seen or "watching" not in seen[-1]:  # the first install is done
+            seen.append(p.stderr.readline())
+            assert seen[-1], f"skb install --wait ended: {''.join(seen)}"
+        act()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return "".join(seen) + p.stderr.read()
+
+
 def test_wait_puts_back_what_goes_missing_and_stops_on_sigterm(skb, node):
-    e = {"PATH": os.environ["PATH"]}
+    conf = os.path.join(node.conf, CONF)
+
+    def remove_and_see_it_back():
+        os.unlink(conf)
+        os.unlink(os.path.join(node.bin, "loopback"))
+        _wait_for(lambda: os.path.exists(conf) and os.path.exists(os.path.join(node.bin, "loopback")))
+        assert_installed(node, node.v1)
+
     for uninstall_on_stop in (False, True):
-        args = [skb, "install", "--from", node.v1, "--bin-dir", node.bin, "--conf-dir", node.conf,
-                "--pod-cidr", "10.244.1.0/24", "--wait", "--interval", "0.2"]
-        p = subprocess.Popen(args + (["--uninstall-on-stop"] if uninstall_on_stop else []), env=e,
-                             stderr=subprocess.PIPE, text=True)
-        seen = []
-        try:
-            conf = os.path.join(node.conf, CONF)
-            while not seen or "watching" not in seen[-1]:  # the first install is done
-                seen.append(p.stderr.readline())
-                assert seen[-1], f"skb install --wait ended: {''.join(seen)}"
-            os.unlink(conf)
-            os.unlink(os.path.join(node.bin, "loopback"))
-            _wait_for(lambda: os.path.exists(conf) and os.path.exists(os.path.join(node.bin, "loopback")))
-            assert_installed(node, node.v1)
-            p.send_signal(signal.SIGTERM)
-            assert p.wait(timeout=10) == 0
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        err = "".join(seen) + p.stderr.read()
+        err = _run_waiting(skb, node, remove_and_see_it_back, *(["--uninstall-on-stop"] if uninstall_on_stop else []))
         assert "installing again" in err
         assert os.path.exists(conf) is not uninstall_on_stop, err
+
+
+def test_wait_warns_once_when_a_file_of_our_network_name_comes_to_sort_first(skb, node):
+    def shadow():
+        with open(os.path.join(node.conf, "05-old.conflist"), "w") as f:
+            json.dump({"cniVersion": "1.0.0", "name": "skb", "plugins": [{"type": "bridge"}]}, f)
+        time.sleep(1.5)  # several checks
+
+    err = _run_waiting(skb, node, shadow)
+    assert err.count("05-old.conflist also defines network 'skb'") == 1, err
+    assert read(os.path.join(node.conf, CONF)) == rendered("10.244.1.0/24")
 
 
 def _wait_for(cond, timeout=20):

@@ -4,6 +4,7 @@ import base64
 import json
 import os
 import re
+import select
 import subprocess
 import tempfile
 
@@ -116,6 +117,49 @@ def test_a_bad_flag_prints_the_commands_own_usage(skb, sub):
     assert p.returncode == 2, p
     assert p.stderr.startswith(f"usage: skb {sub} "), p.stderr
     assert f"skb {sub}: error: unrecognized arguments: --no-such-flag" in p.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["netns", "add"], "skb netns: error: netns add needs at least one NAME"),
+    (["netns", "del"], "skb netns: error: netns del needs at least one NAME"),
+    (["replay", "x.jsonl", "-n", "0"], "argument -n/--number: '0': records are numbered from 1"),
+    (["replay", "x.jsonl", "--timeout", "0"], "argument --timeout: '0': expected a number of seconds above 0"),
+    (["log", "x.jsonl", "-n", "-1"], "argument -n/--lines: '-1': expected a count"),
+    (["log", "x.jsonl", "-n", "0"], "-n 0 shows no record"),
+    (["add", "n", "ns", "--timeout", "nan"], "argument --timeout: 'nan': expected a number of seconds above 0"),
+    (["add", "n", "ns", "--timeout", "-1"], "argument --timeout: '-1': expected a number of seconds above 0"),
+    (["add", "n", "ns", "--timeout", "soon"], "argument --timeout: 'soon' is not a number"),
+    (["install", "--no-config", "--interval", "0"], "argument --interval: '0': expected a number of seconds above 0"),
+    (["install", "--no-config", "--interval", "-5"], "argument --interval: '-5'"),
+    (["install", "--no-config", "--api-wait", "inf"], "argument --api-wait: 'inf'"),
+    (["install", "--no-config", "--uninstall-on-stop"], "--uninstall-on-stop acts when a --wait install is stopped"),
+])
+def test_a_bad_value_is_a_usage_error(skb, tmp_path, args, words):
+    if args[0] == "install":
+        args = args + ["--from", str(tmp_path), "--bin-dir", str(tmp_path / "bin")]
+    p = run(skb, *args)
+    assert p.returncode == 2, p
+    assert words in p.stderr and "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    assert not os.path.exists(tmp_path / "bin")
+
+
+def test_log_n_0_with_follow_shows_only_new_calls(skb, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    log.write_text(json.dumps({"command": "ADD", "plugin": "ptp", "env": {}}) + "\n")
+    p = subprocess.Popen([skb, "log", str(log), "-f", "-n", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        ready = []
+        for _ in range(20):                   # a DEL a second until one is new to it (it may start slowly)
+            with open(log, "a") as f:
+                f.write(json.dumps({"command": "DEL", "plugin": "ptp", "env": {}}) + "\n")
+            ready, _, _ = select.select([p.stdout], [], [], 1)
+            if ready:
+                break
+        line = p.stdout.readline() if ready else "(nothing within 20 s)"
+    finally:
+        p.kill()
+        p.wait()
+    assert " DEL" in line and " ADD" not in line, line
 
 
 def test_version(skb):
@@ -460,3 +504,52 @@ def test_replay_in_a_scratch_netns_when_the_captured_one_is_gone(skb, node, bin_
     kept = json.loads(p.stdout)["keptNetns"]
     assert os.path.basename(kept) in os.listdir("/run/netns") and "UP" in link_flags("lo", os.path.basename(kept))
     run(skb, "netns", "del", os.path.basename(kept))
+
+
+def _ptp_add_then_del(bin_dir, tmp_path, ns):
+    """A recorded ptp ADD (with ipMasq and a reservation), undone by its DEL, its netns then deleted:
+    the node is clean, and the log holds ptp's ADD as record #2 (host-local's is #1). Returns (log, data dir)."""
+    data, log = tmp_path / "ipam", tmp_path / "calls.jsonl"
+    conf = {"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp", "ipMasq": True, "skbDebugLog": str(log),
+            "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "dataDir": str(data)}}
+    env = cni_env("ADD", containerid="replayed1", netns=f"/run/netns/{ns}", path=bin_dir)
+    ptp = os.path.join(bin_dir, "ptp")
+    assert run_plugin(ptp, env, conf).rc == 0
+    assert run_plugin(ptp, dict(env, CNI_COMMAND="DEL"), conf).rc == 0
+    return log, data
+
+
+def _node_state(data):
+    """What a ptp ADD leaves on the node, read back independently: reservation files, masquerade
+    chains (iptables and nftables), host routes into the pod range."""
+    from tests.integration.ptp_support import masq_chain_rules, nft_masq_rules, reservations
+    routes = [r for r in ip_json("route", "show") if r.get("dst", "").startswith("10.78.")]
+    return reservations(str(data), "ptpnet"), masq_chain_rules(), nft_masq_rules(), routes
+
+
+@pytest.mark.kernel
+def test_a_replayed_add_is_undone_by_its_del(skb, bin_dir, make_netns, tmp_path):
+    ns = make_netns()
+    log, data = _ptp_add_then_del(bin_dir, tmp_path, ns)
+    subprocess.run(["ip", "netns", "del", ns], check=True)
+    clean = _node_state(data)
+    assert clean[0] == {} and not clean[3]
+    p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir)
+    out = json.loads(p.stdout)
+    assert out["command"] == "ADD" and out["replayed"]["exitCode"] == 0, p.stdout + p.stderr
+    assert "ran the matching DEL (container replayed1, ifname eth0)" in out["cleanupNote"]
+    assert _node_state(data) == clean
+
+
+@pytest.mark.kernel
+def test_a_replayed_add_into_a_live_netns_is_refused_without_live(skb, bin_dir, make_netns, tmp_path):
+    ns = make_netns()
+    log, data = _ptp_add_then_del(bin_dir, tmp_path, ns)            # the netns stays: a pod still running
+    clean = _node_state(data)
+    p = run(skb, "replay", str(log), "-n", "2", "--cni-path", bin_dir)
+    assert p.returncode == 2 and f"the recorded netns /run/netns/{ns} still exists" in p.stderr, p.stderr
+    assert "--scratch" in p.stderr and "--live" in p.stderr
+    assert _node_state(data) == clean and [link["ifname"] for link in ip_json("link", "show", netns=ns)] == ["lo"]
+    p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir, "--scratch")
+    assert p.returncode in (0, 1) and "ran the matching DEL" in json.loads(p.stdout)["cleanupNote"], p.stderr
+    assert _node_state(data) == clean

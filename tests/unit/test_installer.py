@@ -25,6 +25,7 @@ DEPLOY = os.path.join(ROOT, "deploy")
     ("10.244.1.0/24,fd00:10:244:1::/64", ["10.244.1.0/24", "fd00:10:244:1::/64"]),
     ('["10.244.1.0/24","fd00::/64"]', ["10.244.1.0/24", "fd00::/64"]),  # jsonpath {.spec.podCIDRs}
     ("fd00::/64 10.0.0.0/16", ["fd00::/64", "10.0.0.0/16"]),
+    ("10.244.1.0/30 fd00::/126", ["10.244.1.0/30", "fd00::/126"]),   # the smallest: a gateway and one pod
 ])
 def test_parse_pod_cidrs(text, want):
     assert [str(n) for n in conflist.parse_pod_cidrs(text)] == want
@@ -182,13 +183,32 @@ def test_config_conflicts(tmp_path):
     assert "10-skb.conflist holds network 'cbr0', not 'skb'" in p
     write(tmp_path / "10-skb.conflist", "{trailing,")
     [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
-    assert "a file that is not a network configuration" in p
+    assert "10-skb.conflist is invalid JSON at line 1, column 2: Expecting property name" in p and "not a configuration of network 'skb'" in p
+    os.unlink(tmp_path / "10-skb.conflist")
+    os.symlink("/nonexistent", tmp_path / "10-skb.conflist")
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
+    assert "10-skb.conflist is a dangling symbolic link, not a configuration of network 'skb'" in p
+    os.unlink(tmp_path / "10-skb.conflist")
+    write(tmp_path / "05-broken.conflist", '{"cniVersion": "1.0.0",')
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
+    assert "05-broken.conflist is invalid JSON at line 1, column 24" in p and "; it comes before 10-skb.conflist" in p
+    assert "None" not in p
+    os.unlink(tmp_path / "05-broken.conflist")
+    write(tmp_path / "10-skb.conflist", "{trailing,")
 
     os.unlink(tmp_path / "10-skb.conflist")
     write(tmp_path / "05-flannel.conflist", {"name": "cbr0"})
     [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb")
     assert "05-flannel.conflist (network 'cbr0') comes before 10-skb.conflist" in p and "--conf-name" in p
     assert conflist.config_conflicts(d, "00-skb.conflist", "skb") == []
+
+    os.unlink(tmp_path / "05-flannel.conflist")
+    write(tmp_path / "05-old.conflist", {"name": "skb", "plugins": [{"type": "bridge"}]})  # our name, not ours
+    ours = conflist.conf_bytes({"name": "skb", "plugins": [{"type": "ptp"}]})
+    [p] = conflist.config_conflicts(d, "10-skb.conflist", "skb", ours)
+    assert "05-old.conflist also defines network 'skb', with other contents, and comes before 10-skb.conflist" in p
+    write(tmp_path / "05-old.conflist", ours.decode())  # a byte-for-byte copy of ours: the runtime gets ours
+    assert conflist.config_conflicts(d, "10-skb.conflist", "skb", ours) == []
 
 
 def test_conf_files_in_libcni_order(tmp_path):

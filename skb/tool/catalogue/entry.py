@@ -2,27 +2,31 @@
 with (see skb.tool.catalogue)."""
 import re
 
+# Each placeholder's longest match is bounded (PATH_MAX for paths, 253 for Kubernetes names, 45 for an
+# address): an unanchored search tries every start of a line, and an unbounded run there made a long line
+# quadratic (16,000 characters took seconds). Bounded, a search costs at most the line's length times the
+# bound. A value longer than its bound (a 300-character plugin name) no longer matches: none is real.
 PLACEHOLDERS = {
     "rest": r".+",                                   # a wrapped message: explained in turn
-    "plugin": r"[^\"\s\\]+",
-    "name": r"[^\"\s]+",
-    "network": r"[^\"]+",
-    "pod": r"[^\"\s]+",
-    "id": r"[^\"\s:()]+",
-    "sandbox": r"[^\"\s]*",
-    "path": r"/[^\s\"']*[^\s\"':.,\]]",
-    "dir": r"/[^\s\"':]*[^\s\"':.,]",
-    "dirs": r"[^\]]*",
-    "version": r"[^\"\s\\]*",
-    "versions": r"[^\]]*",
-    "ip": r"[0-9A-Fa-f.:]*[0-9A-Fa-f]",
-    "cidr": r"[0-9A-Fa-f.:]+/\d+",
-    "range": r"[0-9A-Fa-f.:]+-[0-9A-Fa-f.:]*[0-9A-Fa-f](?:,[0-9A-Fa-f.:]+-[0-9A-Fa-f.:]*[0-9A-Fa-f])*",
-    "ifname": r"[^\s()\"]+",
-    "n": r"\d+",
-    "verb": r"[a-z]+",
-    "word": r"\S+",
-    "reason": r"[^,\"\n]+",
+    "plugin": r"[^\"\s\\]{1,255}",
+    "name": r"[^\"\s]{1,255}",
+    "network": r"[^\"]{1,255}",
+    "pod": r"[^\"\s\[\]]{1,320}",                # namespace/name, which holds no brackets
+    "id": r"[^\"\s:()]{1,255}",
+    "sandbox": r"[^\"\s]{0,255}",
+    "path": r"/[^\s\"']{0,4095}[^\s\"':.,\]]",
+    "dir": r"/[^\s\"':]{0,4095}[^\s\"':.,]",
+    "dirs": r"[^\]]{0,4096}",
+    "version": r"[^\"\s\\]{0,64}",
+    "versions": r"[^\]]{0,1024}",
+    "ip": r"[0-9A-Fa-f.:]{0,44}[0-9A-Fa-f]",
+    "cidr": r"[0-9A-Fa-f.:]{1,45}/\d{1,3}",
+    "range": r"[0-9A-Fa-f.:]{1,45}-[0-9A-Fa-f.:]{0,44}[0-9A-Fa-f](?:,[0-9A-Fa-f.:]{1,45}-[0-9A-Fa-f.:]{0,44}[0-9A-Fa-f]){0,64}",
+    "ifname": r"[^\s()\"]{1,64}",
+    "n": r"\d{1,20}",
+    "verb": r"[a-z]{1,16}",
+    "word": r"\S{1,255}",
+    "reason": r"[^,\"\n]{1,1024}",
 }
 _PLACEHOLDER = re.compile(r"<([a-z_]+\d*|\.\.\.)>")
 

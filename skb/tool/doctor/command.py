@@ -67,6 +67,7 @@ def run(opts, skip=()):
     if "leaks" not in skip:
         check_leaks(networks_seen, opts.cache_dir, findings, exhausted)
     _fold_probe(findings)
+    _fold_status(findings)
     unique, keys = [], set()
     for f in findings:
         if f.key() not in keys:
@@ -89,6 +90,16 @@ def _fold_probe(findings):
         elif f.code == "probe" and f.what.startswith("probe ADD ok"):
             f.what = f.what.replace("probe ADD ok", "probe ADD ok in its scratch node only (the error above is "
                                     "about this node)", 1)
+
+
+def _fold_status(findings):
+    """One cause, one finding: STATUS of a network whose configuration config-invalid already refuses
+    fails with a configuration error (code 6 or 7) for that same reason, so it is only a note."""
+    invalid = {f.where for f in findings if f.code == "config-invalid" and f.severity == "error"}
+    for f in findings:
+        if f.code == "status-failed" and f.network in invalid and f.cni_code in (6, 7):
+            f.severity = "note"
+            f.what += ", for the reason the config-invalid error gives"
 
 
 def report(findings, views, style, out):

@@ -6,15 +6,17 @@ DEFAULT_BIN_DIR = "/opt/cni/bin"
 
 
 class Finding:
-    __slots__ = ("severity", "code", "what", "evidence", "fix", "where")
+    __slots__ = ("severity", "code", "what", "evidence", "fix", "where", "network", "cni_code")
 
-    def __init__(self, severity, code, what, evidence="", fix="", where=""):
+    def __init__(self, severity, code, what, evidence="", fix="", where="", network="", cni_code=None):
         self.severity = severity
         self.code = code
         self.what = what
         self.evidence = _one_line(evidence)
         self.fix = _one_line(fix)
         self.where = where
+        self.network = network      # the configuration file of the network it is about, when one
+        self.cni_code = cni_code    # the CNI error code a call failed with, when one
 
     def to_dict(self):
         return {"severity": self.severity, "code": self.code, "what": self.what, "evidence": self.evidence,

@@ -10,6 +10,7 @@ which the skb command may not import), written again here over ``skb.cni.addr``.
 import os
 
 from skb.cni.addr import IP, Net
+from skb.install.conflist import smallest_pod_prefix
 from skb.tool.doctor.findings import Finding
 from skb.tool.doctor.reservations import HOST_LOCAL_DATA_DIR, field, leaked_reservations, reservations
 
@@ -48,9 +49,9 @@ def _range(obj, where):
         return f"{where}.subnet {text!r} is not a network in CIDR notation (e.g. 10.244.1.0/24)"
     if subnet.has_host_bits():
         return f"{where}.subnet {text} has host bits set: the network is {subnet.network}/{subnet.prefixlen}"
-    if subnet.prefixlen > subnet.ip.bits - 2:
+    if subnet.prefixlen > smallest_pod_prefix(subnet.ip.bits):
         return (f"{where}.subnet {text} is too small: a /{subnet.prefixlen} leaves no address to hand out besides "
-                f"the gateway (use at most /{subnet.ip.bits - 2})")
+                f"the gateway (use at most /{smallest_pod_prefix(subnet.ip.bits)})")
     values = {}
     for key in ("rangeStart", "rangeEnd", "gateway"):
         raw = field(obj, key)

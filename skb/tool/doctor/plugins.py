@@ -329,7 +329,7 @@ def check_status(view, networks, default, found_all, findings, statuses=None):
                    f"plugin returns error: {msg}\"" if pod else ""),
                 "fix what the plugin reports (often its daemon or its datastore is down); reproduce with: skb "
                 f"status {netconf.name} --conf-dir {os.path.dirname(netconf.source)} --cni-path "
-                f"{':'.join(view.bin_dirs)}", failed or netconf.source))
+                f"{':'.join(view.bin_dirs)}", failed or netconf.source, network=netconf.source, cni_code=code))
 
 
 def _version_info(path, dirs):
