@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -219,21 +220,21 @@ static int turned_off_in(const char *dir, size_t len)
 }
 
 /* Warm start applies: one of the plugin applets (a server serves nothing else), not turned off (SKB_WARM,
- * or the opt-out file in the launcher's own dir or in the dir the runtime named it by, argv[0]'s: a plugin
- * dir of symlinks to an install elsewhere), root, stdio open and not terminals (a closed fd 0-2 or a
+ * or the opt-out file in the launcher's own dir or in the dir of the path the runtime executed, execfn, the
+ * kernel's AT_EXECFN, not the caller's argv[0]: a plugin dir of symlinks to an install elsewhere), root, stdio open and not terminals (a closed fd 0-2 or a
  * terminal are not something the child's Python stdio could be set up like an exec'd one's), and a process
  * group the child can join: one whose leader is outside this pid namespace reads 0 here. */
-int warm_applies(const char *bindir, const char *applet, const char *argv0)
+int warm_applies(const char *bindir, const char *applet, const char *execfn)
 {
     static const char *const applets[] = {"loopback", "ptp", "host-local", "debug"};
-    const char *slash = argv0 ? strrchr(argv0, '/') : NULL;
+    const char *slash = execfn ? strrchr(execfn, '/') : NULL;
     struct rlimit stack;
     int known = 0;
     for (size_t i = 0; i < sizeof(applets) / sizeof(applets[0]); i++)
         known |= strcmp(applet, applets[i]) == 0;
     if (!known || !warm_wanted(getenv("SKB_WARM")) || getuid() != 0 || geteuid() != 0 || getpgrp() == 0)
         return 0;
-    if (turned_off_in(bindir, strlen(bindir)) || (slash && turned_off_in(argv0, (size_t)(slash - argv0))))
+    if (turned_off_in(bindir, strlen(bindir)) || (slash && turned_off_in(execfn, (size_t)(slash - execfn))))
         return 0;
     if (getrlimit(RLIMIT_STACK, &stack) != 0 || stack.rlim_cur < MIN_STACK)
         return 0;
@@ -284,7 +285,7 @@ int main(int argc, char **argv)
     if (!usable(program, R_OK))
         return fail("skb-cni bundle missing: ", program, "reinstall with make install");
 
-    if (warm_applies(self, applet, argc > 0 ? argv[0] : NULL))
+    if (warm_applies(self, applet, (const char *)getauxval(AT_EXECFN)))
         warm(self, bundle, applet, argc, argv, loader, libpath, program); /* returns when it goes by exec */
 
     /* The environment as the runtime passed it, plus the bootloader's three variables (replacing any

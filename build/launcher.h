@@ -51,7 +51,7 @@ int same_privileges(pid_t pid);
 int proof_of_reading(pid_t pid, const char *key, unsigned char *secret);
 
 /* Whether warm start applies to this call (launcher.c): a plugin applet, not turned off, root, ... */
-int warm_applies(const char *bindir, const char *applet, const char *argv0);
+int warm_applies(const char *bindir, const char *applet, const char *execfn);
 /* Offer the call to the context's warm server. Returns only when the call is to go by exec; once the call
  * has begun in the server's child, exits as that child ended. */
 void warm(const char *bindir, const char *bundle, const char *applet, int argc, char **argv, const char *loader,

@@ -41,8 +41,8 @@ class PtpConf(config.NetConf):
     def check(self, decoding, where):
         command = decoding.command
         if command in _ADD_CHECK_STATUS:
-            if self.mtu < 0:    # the reference leaves a negative mtu to the kernel, as it does 0
-                config.set_attr(self, "mtu", 0)
+            if -(1 << 63) <= self.mtu < 0:  # the reference leaves a negative mtu to the kernel, as it does 0
+                config.set_attr(self, "mtu", 0)     # (one its 64-bit int cannot hold, it refuses)
             if self.mtu and not 68 <= self.mtu <= 65535:
                 raise CNIError(INVALID_CONFIG, f"invalid field mtu: {self.mtu} is out of range",
                                "mtu is the veth MTU in bytes (68 to 65535), or 0 (or, as in the reference, any "

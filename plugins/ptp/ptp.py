@@ -57,14 +57,26 @@ def cmd_add(call):
         from skb.linux import masq        # (see config.py)
         backend = masq.choose(conf.masq_backend)
         masq.check_fits(conf.name, args.container_id, backend)
+    # Under the attachment's lock, its undo included, so that an ADD or DEL of it running beside this one
+    # cannot pass the checks below or undo anything meanwhile (lock.py).
+    from skb_plugins.ptp.lock import attachment_locked   # (ADD and DEL only: STATUS, CHECK, GC do without)
+    with attachment_locked(attachment_digest(conf.name, args.container_id, args.ifname), _attachment(call),
+                           call.undo):
+        return _add(call, backend)
+
+
+def _attachment(call):
+    a = call.args
+    return f"{a.command} of attachment {a.container_id}/{a.ifname} of network {call.conf.name}"
+
+
+def _add(call, backend):
+    args, conf = call.args, call.conf
     with guard.open_target(args) as ns:   # before IPAM: a bad netns costs no address
         with RtNetlink() as hnl, RtNetlink.for_netns(ns) as cnl:
             # Before IPAM: a repeated ADD of a live attachment must fail here. Our host-local answers it
             # with the attachment's current address, and undoing that reservation would take it from the
-            # live pod. Under the attachment's lock, so that an ADD or DEL of it running beside this one
-            # cannot pass or undo the checks meanwhile (lock.py).
-            from skb_plugins.ptp.lock import lock_attachment   # (ADD and DEL only: STATUS, CHECK, GC do without)
-            lock_attachment(attachment_digest(conf.name, args.container_id, args.ifname))
+            # live pod.
             _ifname_free(args, cnl)
             _attachment_free(args, conf, hnl)
             ipam_result = call.ipam.add()
@@ -82,6 +94,7 @@ def cmd_add(call):
             _configure_container(args, ns, cnl, cont, addrs, ipam_result, call.undo)
             _configure_host(hnl, host, addrs)
     if conf.ip_masq:
+        from skb.linux import masq        # (see config.py)
         m = masq.Masq(conf.name, args.ifname, args.container_id, [(a.ip, a.subnet, a.family) for a in addrs])
         undo_masq = masq.setup(m, backend)
         if undo_masq is not None:
@@ -238,8 +251,13 @@ def _enable_forwarding(addrs):
 
 def cmd_del(call):
     args, conf = call.args, call.conf
-    from skb_plugins.ptp.lock import lock_attachment   # (see cmd_add)
-    lock_attachment(attachment_digest(conf.name, args.container_id, args.ifname))
+    from skb_plugins.ptp.lock import attachment_locked   # (see cmd_add)
+    with attachment_locked(attachment_digest(conf.name, args.container_id, args.ifname), _attachment(call)):
+        _delete(call)
+
+
+def _delete(call):
+    args, conf = call.args, call.conf
     mine = Ownership(conf.name, args, _prev_result_quietly(conf))
     ns = guard.open_target(args)
     if ns is not None:

@@ -48,11 +48,14 @@ def test_ipam_type_resolving_to_the_plugins_own_file_is_refused(bin_dir, make_ne
 @pytest.mark.kernel
 def test_delegation_through_another_program_stops_at_a_bounded_depth(bin_dir, make_netns, tmp_path):
     """ptp -> "wrapper" (execs ptp again with the same stdin) -> ptp -> ...: the depth counter in the
-    environment ends the chain with code 7 naming ipam.type, instead of a fork chain that never ends."""
+    environment ends the chain with code 7 naming ipam.type, instead of a fork chain that never ends. (The
+    wrapper gives each level an interface name of its own: for the same attachment, ptp's lock ends the
+    chain at once, test_ptp_failures.py::test_ptp_reached_again_from_its_own_ipam_is_refused_not_a_deadlock.)"""
     d = tmp_path / "wrap-bin"
     d.mkdir()
     wrapper = d / "wrapper"
-    wrapper.write_text(f'#!/bin/sh\necho "wrapper at depth $SKB_DELEGATION_DEPTH" >&2\nexec "{bin_dir}/ptp"\n')
+    wrapper.write_text(f'#!/bin/sh\necho "wrapper at depth $SKB_DELEGATION_DEPTH" >&2\n'
+                       f'CNI_IFNAME="eth$SKB_DELEGATION_DEPTH" exec "{bin_dir}/ptp"\n')
     wrapper.chmod(0o755)
     ns = make_netns()
     conf = ptp_conf(str(tmp_path / "ipam"))

@@ -33,7 +33,7 @@ def test_type_errors_name_the_field(extra, field):
 
 
 def test_mtu_range_and_case_insensitive_keys():
-    for bad in (70000, 65536, 67, 1):
+    for bad in (70000, 65536, 67, 1, -(1 << 63) - 1, 1 << 63):
         with pytest.raises(CNIError) as e:
             conf(mtu=bad)
         assert e.value.code == 7 and "mtu" in e.value.msg

@@ -162,26 +162,32 @@ def test_opt_out_env_and_file(wbin):
     assert (c.rc, c.stdout) == (f.rc, f.stdout) == (w.rc, w.stdout)
 
 
-@pytest.mark.parametrize("how", ["dir-of-symlinks", "dangling-link", "link-in-dir-of-symlinks"])
+@pytest.mark.parametrize("how", ["dir-of-symlinks", "dangling-link", "link-in-dir-of-symlinks", "bare-argv0"])
 def test_opt_out_file_where_the_runtime_looks(wbin, tmp_path, how):
     """README: "touch /opt/cni/bin/.skb-warm-off". A plugin dir made of symlinks to an install elsewhere:
     the launcher looked for the file only in its own real dir, so the switch in the runtime's dir did
     nothing. And the file as a dangling symlink (which `skb doctor` reports as the switch) was not taken
-    as one. Now both turn warm start off, as the doctor says."""
+    as one. Now both turn warm start off, as the doctor says. The dir is the one of the path the runtime
+    executed (the kernel's AT_EXECFN), whatever argv[0] the caller passed (a bare name, say)."""
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     exe = str(plugins / "loopback")
     os.symlink(os.path.join(wbin, "loopback"), exe)
     where = plugins if how != "dangling-link" else wbin
     off = os.path.join(where, ".skb-warm-off")
-    if how == "dir-of-symlinks":
+    if how in ("dir-of-symlinks", "bare-argv0"):
         open(off, "w").close()
     else:
         os.symlink("/nonexistent/skb-none", off)
     env = cni_env("VERSION")
     before = served(wbin)
     try:
-        got = run_plugin(exe if how != "dangling-link" else os.path.join(wbin, "loopback"), env)
+        if how == "bare-argv0":
+            p = subprocess.run(["loopback"], executable=exe, env=env, capture_output=True, text=True)
+            got = run_plugin(exe, dict(env, SKB_WARM="0"))
+            assert (p.returncode, p.stdout) == (got.rc, got.stdout)
+        else:
+            got = run_plugin(exe if how != "dangling-link" else os.path.join(wbin, "loopback"), env)
         assert served(wbin) == before
     finally:
         os.unlink(off)
