@@ -97,13 +97,8 @@ def _is_ancestor(pid):
 def attachment_locked(digest, what, undo=None):
     """Run the block under the lock of the attachment whose hash (hex) is ``digest``; ``what`` names it for
     messages. An exception in the block unwinds ``undo`` (the ADD's stack) before the lock goes."""
-    fd, why = _open()
-    if fd is None:
-        sys.stderr.write(f"skb-cni ptp: {why}: {what} runs without the attachment lock\n")
-    offset = int(digest[:15], 16)
+    fd = _locked(int(digest[:15], 16), what)
     try:
-        if fd is not None:
-            _wait(fd, offset, what)
         try:
             yield
         except BaseException as e:
@@ -115,8 +110,35 @@ def attachment_locked(digest, what, undo=None):
             os.close(fd)        # (drops the lock)
 
 
-def _wait(fd, offset, what):
+def _locked(offset, what):
+    """The lock file's fd, holding the byte at ``offset`` of the file that is still at the lock's name (one
+    unlinked or replaced meanwhile locks nothing: a call that opened the new one would not wait for us);
+    None when the call goes on unlocked (said on stderr)."""
     deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        fd, why = _open()
+        if fd is None:
+            sys.stderr.write(f"skb-cni ptp: {why}: {what} runs without the attachment lock\n")
+            return None
+        try:
+            _wait(fd, offset, what, deadline)
+            if _still_there(fd):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _still_there(fd):
+    try:
+        a, b = os.fstat(fd), os.stat(f"{RUN_DIR}/{LOCK_FILE}", follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _wait(fd, offset, what, deadline):
     checked = False
     while True:
         try:
@@ -124,7 +146,8 @@ def _wait(fd, offset, what):
             return
         except (BlockingIOError, PermissionError):
             pass
-        pid = _holder(fd, offset)
+        late = time.monotonic() >= deadline
+        pid = _holder(fd, offset) if not checked or late else 0
         if pid and not checked:
             checked = True
             if _is_ancestor(pid):
@@ -132,7 +155,7 @@ def _wait(fd, offset, what):
                                                "this call",
                                "ptp was reached again from within its own call for the same attachment (its "
                                "IPAM plugin runs ptp, through a wrapper?); give ipam.type an IPAM plugin")
-        if time.monotonic() >= deadline:
+        if late:
             raise CNIError(TRY_AGAIN, f"{what} waited {LOCK_WAIT:.0f} s for another call of the same attachment"
                                       + (f" (process {pid})" if pid else "") + " to end",
                            "an ADD or DEL of this network, container ID and interface is still running; try "

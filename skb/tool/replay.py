@@ -15,12 +15,17 @@ scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prev
 in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
 run: the side-by-side view shows which lines differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
 
-A replay leaves the node as it found it: an ADD replayed in a scratch netns is followed by the matching
-DEL (same stdin and CNI_* variables, in the same scratch netns, before it is deleted), which releases the
-address it reserved and removes its host routes and masquerade rules; its outcome is reported. With
-``--keep-netns`` that DEL is not run (the state stays with the kept netns, and the output says so). An ADD
-or DEL whose recorded netns still exists would act on that pod for real: it is refused unless ``--live``
-(``--scratch`` replays it in a scratch netns instead).
+A replay leaves the node as it found it. An ADD or DEL replayed in a scratch netns runs under a container
+ID of its own (``skb-replay-`` and 16 hex digits), not the recorded one: a plugin finds an attachment's
+host-side state (its address reservation, host veth, masquerade rules) by network, container ID and
+ifname, not by netns, so the recorded ID would let the replay reach a live pod's or a leaked attachment's
+state (review 13: a ``--scratch`` replay of a running pod's ADD, undone by its DEL, removed that pod's
+veth, route, reservation and rules). A replayed ADD is then followed by the matching DEL (same stdin and
+CNI_* variables, in the same scratch netns, before it is deleted), which releases the address it reserved
+and removes its host routes and masquerade rules; its outcome is reported. With ``--keep-netns`` that DEL
+is not run (the state stays with the kept netns, and the output says so). An ADD or DEL whose recorded
+netns still exists would act on that pod for real: it is refused unless ``--live`` (``--scratch`` replays
+it in a scratch netns instead, under its own container ID).
 
 A replay records nothing: the files where the call would append its own record (``skbDebugLog``, the
 debug plugin's ``captureFile`` and ``cniOutput`` in its stdin, ``SKB_DEBUG_LOG``), the record file being
@@ -300,7 +305,7 @@ def replay(rec, plugin, opts):
     live = command in ("ADD", "DEL") and not opts.scratch and bool(old_ns) and _is_netns(old_ns)
     if live and not opts.live:
         raise ReplayError(f"the recorded netns {old_ns} still exists: replaying this {command} would act on that "
-                          "pod's network for real; give --scratch to replay it in a scratch netns, or --live to "
+                          "pod's network for real; give --scratch to replay it in a scratch netns (as a container of its own), or --live to "
                           "act on the pod")
     wanted = command in _USES_NETNS and (opts.scratch or (command != "DEL" and old_ns and not _is_netns(old_ns)))
     note = f"--live: ran in the recorded netns {old_ns}, on that pod for real" if live else ""
@@ -314,6 +319,11 @@ def replay(rec, plugin, opts):
         stdin = _swap(stdin, old_ns, scratch)
         note = (f"recorded netns {old_ns or '(none)'} " + ("replaced on request" if opts.scratch else "is gone")
                 + f": ran in scratch netns {scratch}")
+        if command in ("ADD", "DEL"):   # (see the module's docstring: never the recorded attachment's state)
+            own = "skb-replay-" + os.urandom(8).hex()
+            note += (f", as container {own} (not the recorded {env.get('CNI_CONTAINERID', '')!r}, whose state on "
+                     "the node a replay must not reach)")
+            env["CNI_CONTAINERID"] = own
     tmpdir = tempfile.mkdtemp(prefix="skb-replay-")
     stdin, diverted = divert_records(stdin, env, tmpdir)
     log_note = (f"the call's own record ({', '.join(diverted)}) went to a temporary file, removed since: "

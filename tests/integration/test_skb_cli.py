@@ -481,7 +481,9 @@ def test_replay_reads_the_reference_text_record(skb, node, bin_dir):
     p = run(skb, "replay", str(node.text), "--json")
     out = json.loads(p.stdout)
     assert p.returncode == 0 and out["recorded"] is None and out["replayed"]["exitCode"] == 0
-    assert out["env"]["CNI_CONTAINERID"] == "ctr1" and out["plugin"] == os.path.join(node.bin_dir, "debug")
+    assert out["plugin"] == os.path.join(node.bin_dir, "debug")
+    # an ADD in a scratch netns runs as a container of its own, never as the recorded one
+    assert out["env"]["CNI_CONTAINERID"].startswith("skb-replay-") and "not the recorded 'ctr1'" in out["netnsNote"]
 
 
 @pytest.mark.kernel
@@ -537,8 +539,33 @@ def test_a_replayed_add_is_undone_by_its_del(skb, bin_dir, make_netns, tmp_path)
     p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir)
     out = json.loads(p.stdout)
     assert out["command"] == "ADD" and out["replayed"]["exitCode"] == 0, p.stdout + p.stderr
-    assert "ran the matching DEL (container replayed1, ifname eth0)" in out["cleanupNote"]
+    assert re.search(r"ran the matching DEL \(container skb-replay-[0-9a-f]{16}, ifname eth0\)", out["cleanupNote"])
+    assert "not the recorded 'replayed1'" in out["netnsNote"]
     assert _node_state(data) == clean
+
+
+@pytest.mark.kernel
+def test_a_scratch_replay_never_reaches_a_running_pod(skb, bin_dir, make_netns, tmp_path):
+    """Review 13: `--scratch`, which the refusal offers for a pod still running, replayed its ADD with the
+    recorded container ID: the ADD failed (the attachment exists) and the DEL that undid it removed the
+    running pod's host veth, route, reservation and masquerade rules. A scratch replay of an ADD or DEL now
+    runs as a container of its own: the running pod keeps all of it."""
+    data, log = tmp_path / "ipam", tmp_path / "calls.jsonl"
+    conf = {"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp", "ipMasq": True, "skbDebugLog": str(log),
+            "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "dataDir": str(data)}}
+    ns = make_netns()
+    env = cni_env("ADD", containerid="live1", netns=f"/run/netns/{ns}", path=bin_dir)
+    ptp = os.path.join(bin_dir, "ptp")
+    assert run_plugin(ptp, env, conf).rc == 0
+    running = _node_state(data)
+    links = ip_json("link", "show", netns=ns)
+    assert list(running[0]) == ["10.78.0.2"] and running[1] and running[3], running
+    for number in ("1", "2"):        # host-local's ADD, then ptp's
+        p = run(skb, "replay", str(log), "-n", number, "--json", "--cni-path", bin_dir, "--scratch")
+        assert p.returncode in (0, 1) and "skb-replay-" in json.loads(p.stdout)["netnsNote"], p.stdout + p.stderr
+        assert _node_state(data) == running and ip_json("link", "show", netns=ns) == links
+    assert run_plugin(ptp, dict(env, CNI_COMMAND="DEL"), conf).rc == 0
+    assert _node_state(data)[0] == {}
 
 
 @pytest.mark.kernel
