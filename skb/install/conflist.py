@@ -77,6 +77,8 @@ def _check_pod_cidr(net, source):
     if net.prefixlen > smallest_pod_prefix(net.max_prefixlen):
         raise InstallError(f"{source}: {net} is too small: host-local needs a gateway and at least one pod "
                            f"address, so at most a /{smallest_pod_prefix(net.max_prefixlen)}, e.g. 10.244.1.0/24")
+    if net.prefixlen == 0:
+        raise InstallError(f"{source}: {net} is every address: give this node's pod CIDR, e.g. 10.244.1.0/24")
     for reserved, why in RESERVED.items():
         if net.version == reserved.version and net.overlaps(reserved):
             raise InstallError(f"{source}: {net} overlaps {reserved}, {why}: no pod can have such an address; "

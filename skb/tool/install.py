@@ -33,8 +33,8 @@ template variables (${NAME}):
   MTU          --mtu, else the MTU of the interface of this node's default route (1500 without one)
   any NAME given with --set NAME=VALUE
 
-A pod CIDR must leave host-local a gateway and one pod (at most a /30, a /126) and avoid the loopback,
-multicast and 0.0.0.0/8 blocks; an MTU (--mtu, SKB_MTU, --set MTU=) is 68 to 65535; --conf-name is a
+A pod CIDR must leave host-local a gateway and one pod (at most a /30, a /126) and avoid the blocks no
+pod address can be in (0.0.0.0/8 and ::, loopback, multicast, 240.0.0.0/4); an MTU (--mtu, SKB_MTU, --set MTU=) is 68 to 65535; --conf-name is a
 plain file name ending in .conflist.
 
 pod CIDR sources, the first given wins: --pod-cidr, --pod-cidr-file, SKB_POD_CIDR, --pod-cidr-from-api
