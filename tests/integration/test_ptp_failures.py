@@ -247,6 +247,17 @@ def test_gc_without_a_list_keeps_masquerading(ours, make_netns, data_dir):
     assert ours.delete(conf, nspath(ns)).rc == 0
 
 
+def _with_ipam_script(bin_dir, tmp_path, data_dir, body):
+    """Our ptp whose IPAM plugin is the shell script ``body`` (ipam.type "script-ipam", found first in
+    CNI_PATH), and its config."""
+    cni = tmp_path / "cni"
+    cni.mkdir()
+    script(str(cni / "script-ipam"), body)
+    conf = ptp_conf(data_dir)
+    conf["ipam"]["type"] = "script-ipam"
+    return Ptp(os.path.join(bin_dir, "ptp"), f"{cni}:{bin_dir}"), conf
+
+
 @pytest.mark.parametrize("netns_of_second", ["same", "another"])
 def test_two_adds_of_one_attachment_at_once_leave_the_pod_its_address(bin_dir, make_netns, data_dir, tmp_path,
                                                                        netns_of_second):
@@ -256,12 +267,8 @@ def test_two_adds_of_one_attachment_at_once_leave_the_pod_its_address(bin_dir, m
     before IPAM and the veth; before the attachment lock, the loser's undo (an IPAM DEL of the
     attachment) released the winner's address, which host-local then hands to the next pod."""
     from concurrent.futures import ThreadPoolExecutor
-    cni = tmp_path / "cni"
-    cni.mkdir()
-    script(str(cni / "slow-ipam"), f'[ "$CNI_COMMAND" = ADD ] && sleep 1\nexec {bin_dir}/host-local "$@"\n')
-    ptp = Ptp(os.path.join(bin_dir, "ptp"), f"{cni}:{bin_dir}")
-    conf = ptp_conf(data_dir)
-    conf["ipam"]["type"] = "slow-ipam"
+    ptp, conf = _with_ipam_script(bin_dir, tmp_path, data_dir,
+                                  f'[ "$CNI_COMMAND" = ADD ] && sleep 1\nexec {bin_dir}/host-local "$@"\n')
     first = make_netns()
     nets = [first, first if netns_of_second == "same" else make_netns()]
     with ThreadPoolExecutor(2) as pool:
@@ -291,14 +298,9 @@ def test_an_add_beside_a_del_of_the_same_attachment_keeps_its_address(bin_dir, m
     pod and then the DEL's IPAM DEL released its address (the reference does the same); now the ADD waits
     for the DEL, and the pod it makes keeps its address."""
     import threading
-    cni = tmp_path / "cni"
-    cni.mkdir()
     marker = tmp_path / "del-in-ipam"
-    script(str(cni / "slow-ipam"),
-           f'[ "$CNI_COMMAND" = DEL ] && {{ : > {marker}; sleep 1; }}\nexec {bin_dir}/host-local "$@"\n')
-    ptp = Ptp(os.path.join(bin_dir, "ptp"), f"{cni}:{bin_dir}")
-    conf = ptp_conf(data_dir)
-    conf["ipam"]["type"] = "slow-ipam"
+    ptp, conf = _with_ipam_script(bin_dir, tmp_path, data_dir, f'[ "$CNI_COMMAND" = DEL ] && {{ : > {marker}; '
+                                  f'sleep 1; }}\nexec {bin_dir}/host-local "$@"\n')
     ns = make_netns()
     dels = []
     t = threading.Thread(target=lambda: dels.append(ptp.delete(conf, nspath(ns))))
@@ -374,12 +376,8 @@ def test_ptp_reached_again_from_its_own_ipam_is_refused_not_a_deadlock(bin_dir, 
     ("already exists"); with the first version of the lock the inner call waited for its outer one, which
     waited for it: a hang. Now the inner call sees that the lock's holder is its own ancestor and refuses
     (code 7), and the outer ADD fails and undoes."""
-    cni = tmp_path / "cni"
-    cni.mkdir()
-    script(str(cni / "wrap-ipam"), f"sed 's/\"wrap-ipam\"/\"host-local\"/' | {bin_dir}/ptp\n")
-    ptp = Ptp(os.path.join(bin_dir, "ptp"), f"{cni}:{bin_dir}")
-    conf = ptp_conf(data_dir)
-    conf["ipam"]["type"] = "wrap-ipam"
+    ptp, conf = _with_ipam_script(bin_dir, tmp_path, data_dir,
+                                  f"sed 's/\"script-ipam\"/\"host-local\"/' | {bin_dir}/ptp\n")
     ns = make_netns()
     for warm in ("1", "0"):
         r = ptp.add(conf, nspath(ns), SKB_WARM=warm)
