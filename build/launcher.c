@@ -221,9 +221,10 @@ static int turned_off_in(const char *dir, size_t len)
 
 /* Warm start applies: one of the plugin applets (a server serves nothing else), not turned off (SKB_WARM,
  * or the opt-out file in the launcher's own dir or in the dir of the path the runtime executed, execfn, the
- * kernel's AT_EXECFN, not the caller's argv[0]: a plugin dir of symlinks to an install elsewhere), root, stdio open and not terminals (a closed fd 0-2 or a
- * terminal are not something the child's Python stdio could be set up like an exec'd one's), and a process
- * group the child can join: one whose leader is outside this pid namespace reads 0 here. */
+ * kernel's AT_EXECFN, not the caller's argv[0]: a plugin dir of symlinks to an install elsewhere), root,
+ * stdio open and not terminals (a closed fd 0-2 or a terminal are not something the child's Python stdio
+ * could be set up like an exec'd one's), and a process group the child can join: one whose leader is
+ * outside this pid namespace reads 0 here. */
 int warm_applies(const char *bindir, const char *applet, const char *execfn)
 {
     static const char *const applets[] = {"loopback", "ptp", "host-local", "debug"};
