@@ -34,8 +34,8 @@ template variables (${NAME}):
   any NAME given with --set NAME=VALUE
 
 A pod CIDR must leave host-local a gateway and one pod (at most a /30, a /126) and avoid the blocks no
-pod address can be in (0.0.0.0/8 and ::, loopback, multicast, 240.0.0.0/4); an MTU (--mtu, SKB_MTU, --set MTU=) is 68 to 65535; --conf-name is a
-plain file name ending in .conflist.
+pod address can be in (0.0.0.0/8 and ::, loopback, multicast, 240.0.0.0/4); an MTU (--mtu, SKB_MTU,
+--set MTU=) is 68 to 65535; --conf-name is a plain file name ending in .conflist.
 
 pod CIDR sources, the first given wins: --pod-cidr, --pod-cidr-file, SKB_POD_CIDR, --pod-cidr-from-api
 (this node's spec.podCIDRs, read from the Kubernetes API with the pod's ServiceAccount: a pod's

@@ -305,8 +305,8 @@ def replay(rec, plugin, opts):
     live = command in ("ADD", "DEL") and not opts.scratch and bool(old_ns) and _is_netns(old_ns)
     if live and not opts.live:
         raise ReplayError(f"the recorded netns {old_ns} still exists: replaying this {command} would act on that "
-                          "pod's network for real; give --scratch to replay it in a scratch netns (as a container of its own), or --live to "
-                          "act on the pod")
+                          "pod's network for real; give --scratch to replay it in a scratch netns (as a container "
+                          "of its own), or --live to act on the pod")
     wanted = command in _USES_NETNS and (opts.scratch or (command != "DEL" and old_ns and not _is_netns(old_ns)))
     note = f"--live: ran in the recorded netns {old_ns}, on that pod for real" if live else ""
     if wanted:
