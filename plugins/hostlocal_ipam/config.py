@@ -90,6 +90,12 @@ def parse_range(rc, where):
     subnet = Net.parse(text)
     if subnet is None:
         raise _bad(where, f"subnet {text!r} is not a network in CIDR notation", 'e.g. "10.1.0.0/24" or "fd00::/64"')
+    if subnet.family == 4 and ":" in text:   # the reference fails: "IPNet IP and Mask version mismatch"
+        raise _bad(where, f"subnet {text!r} is an IPv4 network written as IPv6 (IPv4-mapped)",
+                   f'write "{subnet.network}/{subnet.prefixlen}"')
+    if subnet.prefixlen == 0:   # the reference finds no address to hand out in one
+        raise _bad(where, f"subnet {subnet} holds every address",
+                   'a pod range is a block of its own, e.g. "10.1.0.0/16" or "fd00::/64"')
     if subnet.has_host_bits():
         raise _bad(where, f"Network has host bits set. For a subnet mask of length {subnet.prefixlen} the "
                           f"network address is {subnet.network}", f'write "{subnet.network}/{subnet.prefixlen}"')

@@ -32,6 +32,17 @@ def cmd_add(call):
     if stray:
         raise CNIError(UNAVAILABLE, f"failed to allocate all requested IPs: {', '.join(str(ip) for ip in stray)}",
                        f"requested addresses must lie in a range: {'; '.join(str(rs) for rs in conf.range_sets)}")
+    per_set = {}
+    for ip in requested:
+        rset = conf.range_set_for(ip)
+        per_set.setdefault(rset.index, (rset, []))[1].append(ip)
+    crowded = [(rset, ips) for rset, ips in per_set.values() if len(ips) > 1]
+    if crowded:   # (the reference takes one of them, reserves every set, then fails and releases it all)
+        rset, ips = crowded[0]
+        raise CNIError(UNAVAILABLE, f"failed to allocate all requested IPs: {', '.join(str(ip) for ip in ips[1:])}",
+                       f"host-local gives one address per range set, and {', '.join(str(ip) for ip in ips)} all "
+                       f"lie in range set {rset.where} ({rset}): request one address per range set, or add a "
+                       "range set for each")
     owner = (args.container_id, args.ifname)
     got = []
     made, released = [], []     # reservations this ADD made, and those it gave up: its undo reverses both
@@ -100,8 +111,10 @@ def cmd_del(call):
         owner = (cid, ifname)
         held = store.owned(owner)
         if not held:  # files written by old versions hold only the container id
-            owner = (cid, "")
-            held = store.owned(owner)
+            legacy = store.owned((cid, ""))
+            held = store.owned(owner)   # again: the legacy lookup may have found the index stale
+            if not held:
+                owner, held = (cid, ""), legacy
         for ip in held:
             store.release(ip, owner)
         store.commit()

@@ -14,7 +14,10 @@ A call reads the header and the journal (at most ``FOLD_AT`` bytes and a record)
 a few pread()s and appends one record: its cost does not grow with the number of reservations. A journal
 past ``FOLD_AT`` is folded into a new file. The index is trusted only when the stamp of its last complete
 record is the network directory's mtime (set by the commit one nanosecond past any value the kernel
-would give it in that tick) and each recorded ``last_reserved_ip.<i>`` still holds what it recorded.
+would give it in that tick), the directory's ctime (which no process can set) is no later than the index
+file's mtime (the commit writes the file after it stamps the directory: a directory whose mtime was set
+back, as restoring a backup does, is newer), and each recorded ``last_reserved_ip.<i>`` still holds what
+it recorded.
 """
 import os
 import stat as _stat
@@ -86,6 +89,7 @@ class Index:
         self.base_at = self.base_len = 0
         self.journal = b""     # the complete records after the base
         self.size = 0          # the file's size: more than base + journal when a torn or foreign tail follows
+        self.written = 0       # the file's mtime (ns) when it was opened
         self.stamp = None      # the stamp of the last record (or of the base)
         self.last = {}         # range set index -> last_reserved_ip.<index> bytes, as recorded
 
@@ -100,15 +104,23 @@ class Index:
         caller rebuilds). ``read_last_reserved(i)`` reads ``last_reserved_ip.<i>`` (None if absent)."""
         try:
             self.names = {n for n in os.listdir(self.skb_fd) if n == "index" or n.startswith("index.")}
-            mtime = os.stat(self.dir_fd).st_mtime_ns
+            now = os.stat(self.dir_fd)
         except OSError:
             return False
         ranked = sorted(((_name_stamp(n), n) for n in self.names if _name_stamp(n) is not None), reverse=True)
-        for _, name in ranked[:_TRIES]:
-            if self._open(name) and self.stamp == mtime:
+        tries, found = 0, False
+        for _, name in ranked:
+            opened = self._open(name)
+            if opened is None:   # not a regular file (never ours, and not removable): not a try
+                continue
+            if opened and self.stamp == now.st_mtime_ns and now.st_ctime_ns <= self.written:
+                found = True
                 break
             self.close()
-        else:
+            tries += 1
+            if tries == _TRIES:
+                break
+        if not found:
             self.stamp, self.last = None, {}
             return False
         ok = all(read_last_reserved(i) == content for i, content in self.last.items()) and \
@@ -119,11 +131,12 @@ class Index:
         return ok
 
     def _open(self, name):
-        """Read ``name``'s header and complete records into this object; False if it is no index."""
+        """Read ``name``'s header and complete records into this object; False if it is no index, None if
+        it is not even a regular file."""
         try:    # lstat() first: a device planted under the name is never opened
             st = os.lstat(name, dir_fd=self.skb_fd)
             if not _stat.S_ISREG(st.st_mode):
-                return False
+                return None
             self.fd = os.open(name, _OPEN, dir_fd=self.skb_fd)
             now = os.fstat(self.fd)
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not _stat.S_ISREG(now.st_mode):
@@ -158,6 +171,7 @@ class Index:
                     return False
         self.name, self.memory = name, b""
         self.base_at, self.base_len, self.journal, self.size = base_at, base_len, journal, st.st_size
+        self.written = st.st_mtime_ns
         self.stamp, self.last = stamp if last_stamp is False else last_stamp, last
         return True
 

@@ -40,7 +40,17 @@ def reason(e):
     return f"{e.strerror or e} ({name})" if name else f"{e.strerror or e}"
 
 
+def _lock_trouble(e, lock, what):
+    """The error for something other than a regular file at the lock's name: the reference locks through
+    a symlink, or fails, and no call of either can go on until the name holds a regular file again."""
+    e.strerror = f"its lock file {lock} is {what}"
+    e.fix = f"remove {lock}: host-local creates it again, as a regular file"
+    return e
+
+
 def fix(e):
+    if getattr(e, "fix", None):
+        return e.fix
     return {errno.EROFS: "dataDir is on a read-only filesystem: host-local must write there to reserve and release "
                          "addresses (mount it read-write, or point ipam.dataDir at a writable directory)",
             errno.ENOSPC: "the filesystem of dataDir is full",
@@ -50,6 +60,7 @@ def fix(e):
             errno.EPERM: "host-local runs as root and needs to write dataDir: check its permissions, attributes "
                          "(chattr +i) and any LSM policy",
             errno.ENOTDIR: "dataDir and <dataDir>/<network> must be directories",
+            errno.ELOOP: "dataDir or <dataDir>/<network> is a loop of symlinks: point ipam.dataDir at a directory",
             }.get(e.errno, "dataDir must be a writable directory (default /var/lib/cni/networks)")
 
 
@@ -122,10 +133,16 @@ class Reservations:
             except FileExistsError as e:     # a file, or a dangling symlink, where the directory should be
                 e.errno, e.strerror = errno.ENOTDIR, "it exists and is not a directory"
                 raise
-            self.lock_fd = os.open(os.path.join(self.dir, "lock"), _OPEN | os.O_CREAT, 0o600)
+            lock = os.path.join(self.dir, "lock")
+            try:
+                self.lock_fd = os.open(lock, _OPEN | os.O_CREAT, 0o600)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.EISDIR):  # (O_NOFOLLOW: ELOOP is a symlink at the name)
+                    raise _lock_trouble(e, lock, "a symlink" if e.errno == errno.ELOOP else "a directory")
+                raise
             st = os.fstat(self.lock_fd)
             if not _stat.S_ISREG(st.st_mode):
-                raise OSError(errno.EINVAL, "its lock file is not a regular file")
+                raise _lock_trouble(OSError(errno.EINVAL, ""), lock, "not a regular file")
             self.dev = st.st_dev   # the network directory's filesystem (the lock file lives in it)
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
             self.dir_fd = os.open(self.dir, _DIR & ~os.O_NOFOLLOW)   # the configured path, as Go follows it

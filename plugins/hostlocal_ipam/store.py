@@ -5,7 +5,6 @@ The index never decides alone: what it says an attachment holds is confirmed by 
 reservation file (a single contradiction proves it stale: it is rebuilt from a full scan and asked again),
 and a free address is never taken from it (the candidate's file is lstat()ed and created exclusively).
 """
-import errno
 import os
 
 from skb.cni.addr import IP
@@ -41,8 +40,6 @@ class Store:
                 self.rebuild()
         except OSError as e:
             self._close()
-            if e.errno == errno.ELOOP:
-                e.strerror = "its lock file is a symlink"
             raise CNIError(IO_FAILURE, f"host-local store {self.dir} is unusable: {reason(e)}", fix(e)) from None
         except BaseException:
             self._close()
