@@ -419,6 +419,37 @@ def test_no_server_from_a_caller_with_an_infinite_stack_limit(wbin):
     ensure_server(wbin)
 
 
+@pytest.mark.parametrize("reader", [False, True], ids=["fifo", "fifo-with-a-reader"])
+def test_a_fifo_at_the_logs_name_never_holds_a_server(wbin, reader):
+    """Opened for writing, a FIFO blocks until someone reads it: a server started while one sits at its
+    log's name waited there for ever, before any socket or lock (no bound counted it, `skb warm stop`
+    saw nothing), and each launcher 10 s later started one more. The server now ends at once."""
+    srv = ensure_server(wbin)
+    argv = open(f"/proc/{srv['pid']}/cmdline", "rb").read().split(b"\0")[:-1]   # as its launcher started it
+    stop_servers(wbin)
+    log = os.path.join(WARM_DIR, srv["key"] + ".log")
+    os.unlink(log)
+    os.mkfifo(log, 0o600)
+    held = os.open(log, os.O_RDONLY | os.O_NONBLOCK) if reader else -1
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert p.wait(timeout=20) != 0
+        finally:
+            p.kill()
+            p.wait()
+        assert stat.S_ISFIFO(os.lstat(log).st_mode)    # left as it was
+        if reader:   # and never written to: it is not the server's log
+            assert os.read(held, 65536) == b""
+        w, c = _version(wbin), _version(wbin, **COLD)   # and calls go by exec meanwhile
+        assert (w.rc, w.stdout) == (c.rc, c.stdout) and w.rc == 0
+    finally:
+        if held >= 0:
+            os.close(held)
+        os.unlink(log)
+    ensure_server(wbin)
+
+
 def test_an_inherited_fd_past_the_servers_limit_goes_by_exec(wbin):
     """An fd the caller holds at a number a spare cannot place its own fds above (the last one its limit
     allows): refused (fds), by exec, with the exec'd answer."""

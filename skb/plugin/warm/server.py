@@ -13,6 +13,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import sys
 import time
 
@@ -56,13 +57,9 @@ def check_dir(path, forbidden):
 def own_limits():
     """Limits of the server's own, independent of the caller that started it: a caller with ``ulimit -n 40``
     must not leave the server unable to serve a burst. Failures (a limit the kernel caps) are ignored."""
-    for r, soft, hard in ((resource.RLIMIT_NOFILE, OWN_NOFILE, OWN_NOFILE),
-                          (resource.RLIMIT_NPROC, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
-                          (resource.RLIMIT_SIGPENDING, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
-                          (resource.RLIMIT_CPU, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
-                          (resource.RLIMIT_AS, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
-                          (resource.RLIMIT_DATA, resource.RLIM_INFINITY, resource.RLIM_INFINITY),
-                          (resource.RLIMIT_FSIZE, resource.RLIM_INFINITY, resource.RLIM_INFINITY)):
+    inf, unbounded = resource.RLIM_INFINITY, ("NPROC", "SIGPENDING", "CPU", "AS", "DATA", "FSIZE")
+    for r, soft, hard in [(resource.RLIMIT_NOFILE, OWN_NOFILE, OWN_NOFILE)] + [
+            (getattr(resource, f"RLIMIT_{n}"), inf, inf) for n in unbounded]:
         try:
             resource.setrlimit(r, (soft, hard))
         except (OSError, ValueError):  # no CAP_SYS_RESOURCE: the soft limit as far as the hard one allows
@@ -128,8 +125,12 @@ class Server:
         st = os.fstat(self.dir)
         if st.st_uid != 0 or st.st_mode & 0o077:
             return "socket dir not root-only"
-        self.log_fd = os.open(f"{self.key}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
-                              0o600, dir_fd=self.dir)
+        # (O_NONBLOCK: a FIFO planted at the name would block the open, and this server for ever)
+        self.log_fd = os.open(f"{self.key}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+                              | os.O_NONBLOCK, 0o600, dir_fd=self.dir)
+        if not stat.S_ISREG(os.fstat(self.log_fd).st_mode):
+            self.log_fd = -1    # (never written to: not ours)
+            return "its log's name holds something other than a regular file"
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if nofile < MIN_NOFILE:
             return f"its fd limit is {nofile} (its first caller's), below {MIN_NOFILE}, and cannot be raised"
@@ -315,9 +316,8 @@ class Server:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as e:  # EMFILE, ENFILE, ENOBUFS: the queue stays; try again next batch
-                self.log(f"accept failed: {e}")
-                return
+            except OSError as e:  # EMFILE, ENFILE, ENOBUFS: the queue stays (after a stop: the socket is closed)
+                return None if self.stopping else self.log(f"accept failed: {e}")
             accepted = time.monotonic()
             try:
                 conn.setblocking(False)
