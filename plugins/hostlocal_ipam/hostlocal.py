@@ -131,6 +131,8 @@ def cmd_check(call):
 
 def cmd_status(call):
     conf = call.conf
+    if _no_store_yet(conf):
+        return
     try:
         store = Store(conf.ipam.store_dir, conf.name).__enter__()
     except CNIError as e:
@@ -145,6 +147,22 @@ def cmd_status(call):
                                "of containers that no longer exist")
     finally:
         store.__exit__(None, None, None)
+
+
+def _no_store_yet(conf):
+    """STATUS of a network no ADD has reserved in yet changes nothing on the node (``skb doctor`` asks it):
+    True (ready: every address is free) when its directory does not exist and the nearest directory above
+    it that does is on a writable filesystem, where the first ADD will create it."""
+    import os    # (already loaded by the interpreter's start-up)
+    path = os.path.join(conf.ipam.store_dir, conf.name)
+    if os.path.lexists(path):
+        return False
+    while path != os.path.dirname(path) and not os.path.lexists(path):
+        path = os.path.dirname(path)
+    try:
+        return os.path.isdir(path) and not os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError:
+        return False     # (the store's own error says why)
 
 
 def cmd_gc(call):

@@ -141,3 +141,11 @@ def test_a_range_whose_only_address_is_its_gateway_is_a_config_error(hl):
                                      "gateway": "10.1.0.5"}]]})
     assert r.rc == 1 and r.json["code"] == 7 and "only address is its gateway" in r.json["msg"], r
     assert holders(hl.dir) == {}
+
+
+def test_status_before_any_add_creates_nothing(hl):
+    """skb doctor asks STATUS on the node: a network no ADD has used yet is ready, and stays untouched."""
+    r = hl("STATUS", cniVersion="1.1.0")
+    assert r.rc == 0 and r.stdout == "", r
+    assert not hl.dir.parent.exists()
+    assert hl("ADD", cniVersion="1.1.0").rc == 0 and hl("STATUS", cniVersion="1.1.0").rc == 0
