@@ -80,4 +80,4 @@ def allocate(store, rset, owner, requested, held=None):
                        "widen rangeStart-rangeEnd, or give the range another gateway")
     raise CNIError(NO_ADDRESS, f"failed to allocate for range {rset.index}: no IP addresses available in range set: {rset}",
                    f"all {size} addresses of {rset.where} are reserved. Reservations of containers that no longer "
-                   "exist are reclaimed by GC (CNI 1.1: the runtime's GC, or `skb gc NETWORK`); add a range to grow it")
+                   "exist are reclaimed by GC (CNI 1.1: the runtime's GC, or `skb gc NETWORK --keep-live`); add a range to grow it")

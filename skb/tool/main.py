@@ -67,10 +67,12 @@ examples:
 
 GC_EPILOG = """\
 Without --valid or --keep-live this is cnitool's gc: every cached attachment of the network is DELeted
-and the plugins get no list of valid attachments (so an IPAM may free everything). With --valid and/or
+and the plugins get no list of valid attachments (what a plugin then frees is its own choice: skb's
+host-local frees nothing, as it cannot tell what is in use). With --valid and/or
 --keep-live only the other cached attachments are DELeted, and the plugins get the valid list as
 cni.dev/valid-attachments (and cni.dev/attachments, the spec-1.1.0 tag's name). Plugins are sent GC only
-when the network's cniVersion is 1.1.0 or later; disableGC turns all of it off.
+when the network's cniVersion is 1.1.0 or later (a note on stderr says so otherwise); disableGC turns all
+of it off.
 
 examples:
   skb gc mynet --keep-live
@@ -213,6 +215,7 @@ def _cmd_run(opts):
             errors = cni.gc_list(netconf, valid)
             if errors:
                 raise libcni.LibcniError("\n".join(str(e) for e in errors))
+            _gc_notes(prog, netconf, valid)
     except (libcni.LibcniError, CNIError) as e:
         if opts.verbose and cni is not None:
             _show_calls(cni, style)
@@ -224,6 +227,25 @@ def _cmd_run(opts):
     if opts.verbose:
         _show_calls(cni, style)
     return 0
+
+
+def _gc_notes(prog, netconf, valid):
+    """What a gc that exits 0 did not do, on stderr: plugins get GC only at cniVersion 1.1.0 and later, and
+    a GC without a list of valid attachments frees nothing in skb's host-local."""
+    if netconf.disable_gc:
+        return
+    try:
+        new_enough = libcni.version_ge(netconf.cni_version, "1.1.0")
+    except libcni.LibcniError:
+        new_enough = False
+    if not new_enough:
+        sys.stderr.write(f"{prog}: note: network {netconf.name!r} has cniVersion {netconf.cni_version}: its plugins "
+                         "are sent GC only from 1.1.0 on, so only cached attachments were DELeted; an IPAM's "
+                         "leaked reservations stay (skb doctor names them and how to remove them)\n")
+    elif valid is None:
+        sys.stderr.write(f"{prog}: note: the plugins got no list of valid attachments, and skb's host-local "
+                         "releases nothing without one (it cannot tell which reservations are in use); "
+                         "--keep-live sends the live ones\n")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -141,6 +141,21 @@ def test_data_dir_on_a_read_only_mount(skb, setup):
     assert any(n["code"] == "probe-failed" and "read-only" in n["evidence"].lower() for n in out["notes"]), out["notes"]
 
 
+@pytest.mark.kernel
+def test_data_dir_on_a_read_only_mount_is_one_finding_with_status_too(skb, setup):
+    """At cniVersion 1.1.0 the doctor also runs STATUS, which fails on that mount (EROFS): the same cause."""
+    data = setup.tmp / "ipam"
+    data.mkdir()
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [{"type": "ptp", "ipam": {
+        "type": "host-local", "ranges": [[{"subnet": "10.66.0.0/24"}]], "dataDir": str(data)}}]})
+    ro = in_mount_ns(f"mount --bind {shlex.quote(str(data))} {shlex.quote(str(data))}",
+                     f"mount -o remount,bind,ro {shlex.quote(str(data))}")
+    out = doctor(skb, setup, prefix=ro)
+    assert problems(out) == [("error", "config-invalid")], json.dumps(out["problems"], indent=1)
+    status = find(out, "status-failed")[0]
+    assert status["severity"] == "note" and "EROFS" in status["evidence"], status
+
+
 def _reserve(setup, data, n, live):
     store = data / "pods"
     store.mkdir(parents=True)
@@ -163,7 +178,10 @@ def test_exhausted_range_is_an_error_naming_the_leaks(skb, setup):
     assert f["severity"] == "error"
     assert f["what"] == 'host-local\'s range set ipam.ranges[0] (10.66.0.1-10.66.0.6) of network "pods" (10-pods.conflist) is exhausted'
     assert f["evidence"].startswith(f"all 5 addresses are reserved in {data}/pods; 2 of them leaked")
-    assert "10.66.0.5 (container c3: no cached result)" in f["evidence"] and f["fix"].startswith("skb gc pods --keep-live")
+    assert "10.66.0.5 (container c3: no cached result)" in f["evidence"]
+    # (a 1.0.0 network: skb gc sends its plugins no GC, so the fix is the files, as leaked-reservation's)
+    assert f["fix"] == (f"GC needs cniVersion 1.1.0 (the network has 1.0.0); once the containers are confirmed "
+                        f"gone: rm {data}/pods/10.66.0.5 {data}/pods/10.66.0.6"), f["fix"]
     assert "leaked-reservation" not in codes(out)                  # the same cause: in this finding
 
 

@@ -306,13 +306,26 @@ def test_gc_sends_the_valid_attachments(skb, node, tmp_path):
             {"containerID": libcni.cnitool_container_id(str(live)), "ifname": "eth0"}]
     assert gc["cni.dev/valid-attachments"] == want and gc["cni.dev/attachments"] == want
     assert gc["name"] == "g" and "prevResult" not in gc
+    assert "note" not in p.stderr
     node.capture.unlink()
-    assert run(skb, "gc", "g", "ignored-netns", *node.flags()).returncode == 0   # cnitool: nothing is valid
+    p = run(skb, "gc", "g", "ignored-netns", *node.flags())
+    assert p.returncode == 0   # cnitool: nothing is valid
+    assert "note: the plugins got no list of valid attachments, and skb's host-local releases nothing" in p.stderr
     calls = node.calls()
     assert [c["command"] for c in calls] == ["DEL", "GC"] and "cni.dev/valid-attachments" not in calls[1]["stdin"]
     assert not list((node.cache / "results").iterdir())
     p = run(skb, "gc", "g", *node.flags("--valid", "no-colon"))
     assert p.returncode == 1 and "expected CONTAINERID:IFNAME" in p.stderr
+
+
+def test_gc_of_a_network_before_1_1_0_says_its_plugins_got_none(skb, node, tmp_path):
+    node.write("10-g.conflist", {"cniVersion": "1.0.0", "name": "g", "plugins": [node.dbg()]})
+    assert run(skb, "add", "g", str(tmp_path / "gone-ns"), *node.flags()).returncode == 0
+    node.capture.unlink()
+    p = run(skb, "gc", "g", *node.flags("--keep-live"))
+    assert p.returncode == 0, p.stderr
+    assert [c["command"] for c in node.calls()] == ["DEL"]
+    assert "note: network 'g' has cniVersion 1.0.0: its plugins are sent GC only from 1.1.0 on" in p.stderr
 
 
 # ---------------------------------------------------------------------------------------------------

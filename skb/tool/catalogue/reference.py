@@ -55,7 +55,8 @@ ENTRIES = [
           "whose DEL never ran or never succeeded (runtime crashes, a cleared result cache, reboots with the "
           "store on disk). Otherwise the range is simply too small for the pods of this node.",
           ["ls /var/lib/cni/networks/<network>/ | wc -l (reservations)", "crictl pods | wc -l (pods)"],
-          "skb gc NETWORK --keep-live frees the leaked ones (skb doctor lists them); else widen the range",
+          "skb gc NETWORK --keep-live frees the leaked ones at cniVersion 1.1.0 (skb doctor lists them, and "
+          "says how below 1.1.0); else widen the range",
           IPAM, ("leaks",)),
     Entry("allocate-range", "host-local", "failed to allocate for range <n>: <rest>",
           "host-local could not allocate from range set {n}",
@@ -68,13 +69,15 @@ ENTRIES = [
           "half succeeded) and no DEL released it, and the runtime is retrying ADD. Usual causes: a runtime "
           "restart between ADD and DEL, a DEL that failed, a state dir restored from a backup.",
           ["grep -l {id} /var/lib/cni/networks/*/*"],
-          "skb gc releases what no live attachment holds (skb's host-local also returns the same address "
+          "skb gc NETWORK --keep-live releases what no live attachment holds (skb's host-local also returns the same address "
           "instead of failing)", ("leaked-reservation",), ("leaks",)),
     Entry("allocate-all", "host-local", "failed to allocate all requested IPs: <ip>",
-          "host-local has no range holding the requested address {ip}",
+          "host-local could not give the requested address {ip}",
           "A fixed address was asked for and it lies in none of the network's ranges (a podman --ip from "
-          "another network, a range changed since).", ["the network's ipam ranges"],
-          "request an address inside the ranges, or widen them", IPAM),
+          "another network, a range changed since), or another address requested for the same attachment "
+          "(CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips) lies in the same range set: host-local gives one "
+          "address per range set.", ["the network's ipam ranges", "the addresses the runtime requested"],
+          "request one address inside each range set, or widen the ranges", IPAM),
     Entry("no-plugin-name", "reference plugins", "no plugin name provided",
           "a plugin's IPAM section has no type",
           "ptp (and the other plugins that delegate to an IPAM plugin) found no ipam.type: the network has no "

@@ -12,7 +12,7 @@ import os
 from skb.cni.addr import IP, Net
 from skb.install.conflist import smallest_pod_prefix
 from skb.tool.doctor.findings import Finding
-from skb.tool.doctor.reservations import HOST_LOCAL_DATA_DIR, field, leaked_reservations, reservations
+from skb.tool.doctor.reservations import HOST_LOCAL_DATA_DIR, field, gc_fix, leaked_reservations, reservations
 
 NEEDS_IPAM = ("ptp",)          # plugins whose ADD cannot work without an IPAM plugin
 
@@ -169,7 +169,7 @@ def _exhausted(netconf, rs, store, cache_dir, where, findings):
         evidence = (f"{len(leaked)} of them leaked (no runtime will release them): "
                     + "; ".join(f"{ip} (container {cid}: {why})" for ip, cid, _i, _p, why, _a in leaked[:5])
                     + ("; ..." if len(leaked) > 5 else ""))
-        fix = f"skb gc {netconf.name} --keep-live frees the leaked ones (see skb doctor's leaked-reservation notes)"
+        fix = gc_fix(netconf, leaked)
     else:
         evidence = "none of them is leaked: every reservation has a live attachment"
         fix = f"give {rs.where} more addresses, or run fewer pods on this node"

@@ -127,17 +127,7 @@ def check_leaks(networks, cache_dir, findings, reported=()):
         shown = "; ".join(f"{ip} (container {cid}, {ifname or 'no ifname'}: {why})"
                           for ip, cid, ifname, _p, why, _a in leaked[:5])
         more = f"; and {len(leaked) - 5} more" if len(leaked) > 5 else ""
-        gc_can = libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0") if _parses(netconf.cni_version) else False
-        uncached = [p for _ip, _c, _i, p, why, att in leaked if att is None]
-        if gc_can:
-            fix = f"skb gc {netconf.name} --keep-live (DELs the dead attachments, then GC frees the rest)"
-        elif len(uncached) < len(leaked):
-            fix = (f"skb gc {netconf.name} --keep-live DELs those with a gone netns; GC of the others needs "
-                   f"cniVersion 1.1.0: remove their files by hand once the containers are confirmed gone: "
-                   f"rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}")
-        else:
-            fix = (f"GC needs cniVersion 1.1.0 (the network has {netconf.cni_version or '0.1.0'}); once the "
-                   f"containers are confirmed gone: rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}")
+        fix = gc_fix(netconf, leaked)
         results = os.path.join(cache_dir, "results")
         if not (os.path.isdir(results) and os.listdir(results)):
             more += (f"; {results} holds no cached result at all: if the runtime keeps its libcni cache elsewhere, "
@@ -146,6 +136,21 @@ def check_leaks(networks, cache_dir, findings, reported=()):
             "warning", "leaked-reservation",
             f'{len(leaked)} leaked host-local reservation{"s" if len(leaked) > 1 else ""} in network "{netconf.name}"',
             f"{shown}{more}; store {store}, cache {os.path.join(cache_dir, 'results')}", fix, store))
+
+
+def gc_fix(netconf, leaked):
+    """How to free ``leaked`` (leaked_reservations' entries): skb gc --keep-live reaches the plugins only
+    at cniVersion 1.1.0 or later; before, it DELs the cached attachments, and the rest is removed by hand."""
+    gc_can = libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0") if _parses(netconf.cni_version) else False
+    uncached = [p for _ip, _c, _i, p, why, att in leaked if att is None]
+    files = f"rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}"
+    if gc_can:
+        return f"skb gc {netconf.name} --keep-live (DELs the dead attachments, then GC frees the rest)"
+    if len(uncached) < len(leaked):
+        return (f"skb gc {netconf.name} --keep-live DELs those with a gone netns; GC of the others needs "
+                f"cniVersion 1.1.0: remove their files by hand once the containers are confirmed gone: {files}")
+    return (f"GC needs cniVersion 1.1.0 (the network has {netconf.cni_version or '0.1.0'}); once the "
+            f"containers are confirmed gone: {files}")
 
 
 def _parses(v):
