@@ -141,7 +141,8 @@ def open_target(args):
         return ns
     ns.close()
     if args.command == "DEL":
-        note(f"DEL: CNI_NETNS {args.netns} is {which}; changing nothing there")
+        note(f"DEL: CNI_NETNS {args.netns} is {which}; changing nothing inside it (the DEL goes on as for a "
+             "namespace already gone: what the attachment has outside it is still removed)")
         return None
     raise CNIError(INVALID_NETNS, f"CNI_NETNS {args.netns!r} is {which}; refusing to {args.command} there",
                    "a container's namespace is never the node's: this is a stale /proc/<pid>/ns/net path (PID "

@@ -25,6 +25,9 @@ def run(opts, skip=()):
     """All findings, in report order, and the views checked. ``skip`` names check groups left out:
     ``version`` (VERSION of every plugin), ``status``, ``node`` (lo, forwarding, rp_filter, the pod ranges
     against the node's network), ``leaks`` (and exhausted ranges)."""
+    # The plugins it runs (VERSION, STATUS, the probe) go by exec: a warm server started here would stay
+    # in the operator's session for its idle time, for calls no runtime makes (docs/DIAGNOSTICS.md).
+    os.environ["SKB_WARM"] = "0"
     findings = []
     exhausted = set()
     views, runtimes = views_from(opts, findings)
@@ -94,10 +97,14 @@ def _fold_probe(findings):
 
 def _fold_status(findings):
     """One cause, one finding: STATUS of a network whose configuration config-invalid already refuses
-    fails with a configuration error (code 6 or 7) for that same reason, so it is only a note."""
+    fails with a configuration error (code 6 or 7) for that same reason, or for a dataDir config-invalid
+    found on a read-only mount with that mount's error (EROFS), so it is only a note."""
     invalid = {f.where for f in findings if f.code == "config-invalid" and f.severity == "error"}
+    read_only = {f.where for f in findings if f.code == "config-invalid" and f.severity == "error"
+                 and "is on a read-only mount" in f.what}
     for f in findings:
-        if f.code == "status-failed" and f.network in invalid and f.cni_code in (6, 7):
+        if f.code == "status-failed" and f.network in invalid and (
+                f.cni_code in (6, 7) or f.network in read_only and "EROFS" in f.evidence):
             f.severity = "note"
             f.what += ", for the reason the config-invalid error gives"
 
@@ -156,7 +163,7 @@ no-plugins, invalid-json, load-error, no-cniversion, shadowed, several-networks,
 plugin-elsewhere, plugin-dangling, plugin-not-executable, version-failed, version-unsupported, status-failed,
 config-invalid, range-exhausted, pod-range-overlap, host-lo-down, forwarding-off, rp-filter-strict,
 leaked-reservation, runtime-dirs-disagree, runtime-config-invalid, runtime-config-ignored, probe-failed,
-probe-no-ip, probe-leftover, probe-skipped, warm-start-off. A leaked host-local reservation is one whose attachment has no
+probe-no-ip, probe-leftover, probe-skipped, probe-needs, warm-start-off; and the notes default-network and probe. A leaked host-local reservation is one whose attachment has no
 cached result in <cache-dir>/results, or whose cached netns is gone. One cause gives one finding: a probe
 outcome an error already predicts is a note. docs/DIAGNOSTICS.md has the whole list.
 

@@ -48,8 +48,8 @@ def check_routing(networks, cache_dir, findings):
         findings.append(Finding(
             "error", "forwarding-off", "IPv4 forwarding is off on the node",
             f"net.ipv4.ip_forward = 0; pods of {names} are routed through the node and cannot reach anything "
-            "beyond it (ptp turns it on at ADD: something turned it off again, e.g. a sysctl.d file or "
-            "systemd-networkd's IPForward=no)",
+            "beyond it (ptp turns it on at ADD, as bridge does with isGateway: if one ran, something turned it "
+            "off again, e.g. a sysctl.d file or systemd-networkd's IPForward=no)",
             "sysctl -w net.ipv4.ip_forward=1 and persist it in /etc/sysctl.d/"))
     if v6 and _sysctl("net.ipv6.conf.all.forwarding") == "0":
         findings.append(Finding(
@@ -63,13 +63,35 @@ def check_routing(networks, cache_dir, findings):
         if _sysctl_at(f"net/ipv4/conf/{ifname}/rp_filter") == "1":
             strict.append(f"net.ipv4.conf.{ifname}.rp_filter = 1 (host side of a pod)")
     if strict:
+        # ptp's own traffic passes strict filtering (each pod address has its own route through its own veth:
+        # README, PTP.md). What it drops arrives on one interface with a reply that would leave by another,
+        # which takes a node on more than one network (a pod veth's gateway address is a /32: not counted).
+        homes = _networked_interfaces()
+        multi = homes is not None and len(homes) > 1
         findings.append(Finding(
-            "warning", "rp-filter-strict", "strict reverse-path filtering where pod traffic passes",
-            f"{'; '.join(strict)} (the kernel applies the larger of all and the interface); pods of {names} are "
-            "routed through the node, and packets whose reply would leave by another interface are dropped "
-            "silently: health checks from another node address, multi-homed nodes, policy routing",
+            "warning" if multi else "note", "rp-filter-strict", "strict reverse-path filtering where pod traffic passes",
+            f"{'; '.join(strict)} (the kernel applies the larger of all and the interface). ptp's own traffic "
+            f"passes it: each pod address of {names} has its own route through its own veth. Dropped silently: "
+            "packets that arrive on one interface and whose reply would leave by another, "
+            + (f"which this node, on several networks ({', '.join(homes)}), can receive: traffic to pods from "
+               "another network of the node, policy routing" if multi else
+               "which takes a node on more than one network (this one has "
+               + (f"{', '.join(homes) or 'no interface'}" if homes is not None else "interfaces it cannot list")
+               + ") or policy routing"),
             "sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.default.rp_filter=2 (loose) and persist it "
-            "in /etc/sysctl.d/"))
+            "in /etc/sysctl.d/" if multi else "nothing, unless the node gets another network or policy routing"))
+
+
+def _networked_interfaces():
+    """Names of the node's interfaces with an IPv4 address on a network (a prefix shorter than /32), lo
+    aside; None when they cannot be read."""
+    try:
+        with RtNetlink(label="the node") as nl:
+            links = {link.index: link.name for link in nl.link_list()}
+            addrs = nl.addr_list(family=2)
+    except CNIError:
+        return None
+    return sorted({links.get(a.index, str(a.index)) for a in addrs if a.prefixlen < 32} - {"lo"})
 
 
 def _subnets(netconf):

@@ -99,8 +99,10 @@ def _finding(nl, n, ptype, gw, subnet, reasons):
         outcome = (f"skb's ptp refuses every ADD: the gateway {gw} {refusal[0][2][3:]} (the reference ptp puts it on "
                    "each pod's host veth and cuts the node off from it)")
     else:
-        outcome = (f"pods get addresses of a network the node is already on: other hosts there cannot reach them, and "
-                   "host-local may hand out an address that is in use")
+        outcome = ((f"{ptype}'s ADD accepts it (neither skb's nor the reference's can tell from the node that another "
+                    "host uses an address), and " if ptype == "ptp" else "")
+                   + "pods get addresses of a network the node is already on: other hosts there cannot reach them, "
+                   "and host-local may hand out an address that is in use")
     return Finding("error", "pod-range-overlap", f"the pod range {subnet} of {where} overlaps the node's own network",
                    "; ".join(dict.fromkeys(reasons)) + f"; {outcome}",
                    f"give {where} a range outside the node's networks (ipam of {ptype} in {n.source}), e.g. the "
