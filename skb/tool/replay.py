@@ -13,7 +13,8 @@ The namespace: an ADD or CHECK whose recorded netns is gone (or any call with ``
 new scratch netns, deleted afterwards unless ``--keep-netns``; the recorded path is replaced by the
 scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prevResult's ``sandbox``) and
 in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
-run: the side-by-side view shows which lines differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
+run: the side-by-side view shows which lines differ, and an ADD replayed as a container of its own (below)
+counts as the same outcome when only those and its address within the same subnet differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
 
 A replay leaves the node as it found it. An ADD or DEL replayed in a scratch netns runs under a container
 ID of its own (``skb-replay-`` and 16 hex digits), not the recorded one: a plugin finds an attachment's
@@ -346,16 +347,39 @@ def replay(rec, plugin, opts):
         if scratch:
             rstdout = _swap(rstdout, old_ns, scratch)
         recorded = {"exitCode": rec.get("exitCode"), "stdout": rstdout, "stderr": rec.get("stderr") or ""}
-    same = None
+    same, aside = None, False
     if recorded is not None:
         a, b = _jsonish(recorded["stdout"]), _jsonish(out["stdout"])
         same_out = (a == b) if (a is not None or b is not None) else \
             recorded["stdout"].strip() == out["stdout"].strip()
+        if not same_out and scratch and command == "ADD" and a is not None:   # a container of its own
+            same_out = aside = _generated_aside(a) == _generated_aside(b)
         same = recorded["exitCode"] == out["exitCode"] and same_out
+        aside = aside and same
     return {"command": command, "plugin": plugin, "env": {k: v for k, v in env.items() if k.startswith("CNI_")},
             "netnsNote": note, "pathNote": path_note, "logNote": log_note, "cleanupNote": cleanup_note,
             "keptNetns": scratch if scratch and opts.keep_netns else "",
-            "recorded": recorded, "replayed": out, "same": same}
+            "recorded": recorded, "replayed": out, "same": same, "generatedAside": aside}
+
+
+def _generated_aside(result):
+    """An ADD's result without what a replay under a container ID of its own cannot repeat: MACs, the host
+    interface's name (made from the container ID), and each address within its subnet (the next free one
+    then). Anything else that differs is a real difference."""
+    if not isinstance(result, dict):
+        return result
+    from skb.cni.addr import Net
+    result = json.loads(json.dumps(result))
+    for iface in result.get("interfaces") if isinstance(result.get("interfaces"), list) else ():
+        if isinstance(iface, dict):
+            iface.pop("mac", None)
+            if not iface.get("sandbox"):
+                iface.pop("name", None)
+    for ip in result.get("ips") if isinstance(result.get("ips"), list) else ():
+        net = Net.parse(ip.get("address")) if isinstance(ip, dict) else None
+        if net is not None:
+            ip["address"] = f"{net.network}/{net.prefixlen}"
+    return result
 
 
 def _run(plugin, env, stdin, timeout):
@@ -425,6 +449,9 @@ def show(number, rec, outcome, style, width, out):
               file=out)
     verdict = {True: style.green("same outcome as recorded"), False: style.red("DIFFERENT from the recording"),
                None: "nothing recorded to compare with"}[outcome["same"]]
+    if outcome["generatedAside"]:
+        verdict += (" (but for what the replay's own container ID generates anew: MACs, the host veth's name, "
+                    "the address within its subnet)")
     print(f"skb replay: {verdict}", file=out)
 
 
@@ -453,8 +480,9 @@ reference debug plugin's cniOutput text. Runs the call with its recorded CNI_* v
 or CHECK whose netns is gone runs in a scratch netns (the path is substituted in env, stdin and the
 recorded output); an ADD there is followed by its DEL, so the node keeps no address, route or masquerade
 rule of it (not with --keep-netns). An ADD or DEL whose recorded netns still exists would act on that pod
-for real: refused unless --live (or --scratch). Exit status: 0 same outcome, 1 different, 2 could not
-replay.
+for real: refused unless --live (or --scratch). An ADD replayed in a scratch netns runs as a container of
+its own: its MACs, host veth name and address (within the same subnet) may differ and still count as the
+same outcome. Exit status: 0 same outcome, 1 different, 2 could not replay.
 
 examples:
   skb log /tmp/capture.jsonl                          # find the record number

@@ -593,3 +593,9 @@ def test_a_replayed_add_into_a_live_netns_is_refused_without_live(skb, bin_dir, 
     p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir, "--scratch")
     assert p.returncode in (0, 1) and "ran the matching DEL" in json.loads(p.stdout)["cleanupNote"], p.stderr
     assert _node_state(data) == clean
+    # the same ADD, but for what its own container ID generates (MACs, host veth name, next address): the same
+    out = json.loads(p.stdout)
+    assert p.returncode == 0 and out["same"] is True and out["generatedAside"] is True, p.stdout
+    assert out["recorded"]["stdout"] != out["replayed"]["stdout"]
+    p = run(skb, "replay", str(log), "-n", "2", "--cni-path", bin_dir, "--scratch")
+    assert p.returncode == 0 and "same outcome as recorded (but for what the replay's own container ID" in p.stdout
