@@ -6,7 +6,7 @@ range of the set in order, wrap around, skip each range's gateway, and try the l
 last. A crash-looping container therefore does not get the same address back until the set wrapped.
 """
 from skb.cni.addr import IP
-from skb.cni.errors import CNIError, INVALID_CONFIG
+from skb.cni.errors import CNIError
 
 NO_ADDRESS = 100        # host-local: every address of a range set is reserved
 UNAVAILABLE = 101       # host-local: a requested address cannot be given
@@ -74,10 +74,6 @@ def allocate(store, rset, owner, requested, held=None):
         if store.is_free(ip) and store.reserve(ip, owner):
             return ip, True, []
     size = sum(r.size for r in rset.ranges)
-    if size == 0:   # not a full range set: one that can never hand anything out
-        raise CNIError(INVALID_CONFIG, f"failed to allocate for range {rset.index}: range set {rset.where} ({rset}) "
-                                       "has no address to hand out: its only address is its gateway",
-                       "widen rangeStart-rangeEnd, or give the range another gateway")
     raise CNIError(NO_ADDRESS, f"failed to allocate for range {rset.index}: no IP addresses available in range set: {rset}",
                    f"all {size} addresses of {rset.where} are reserved. Reservations of containers that no longer "
                    "exist are reclaimed by GC (CNI 1.1: the runtime's GC, or `skb gc NETWORK --keep-live`); add a range to grow it")

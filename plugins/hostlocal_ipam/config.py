@@ -137,7 +137,12 @@ def _parse_range_set(confs, index, where):
                            f"{ranges[0].where} is IPv{ranges[0].subnet.family} and {r.where} IPv{r.subnet.family}; "
                            "put IPv4 and IPv6 in separate range sets to get one address of each")
     _no_overlap(ranges)
-    return RangeSet(ranges, index, where)
+    rset = RangeSet(ranges, index, where)
+    if not any(r.size for r in ranges):   # the reference fails every ADD, and STATUS could not tell
+        raise CNIError(INVALID_CONFIG, f"invalid range set {where} ({rset}): it has no address to hand out: its "
+                                       "only address is its gateway",
+                       "widen rangeStart-rangeEnd, or give the range another gateway")
+    return rset
 
 
 def _no_overlap(ranges):

@@ -152,15 +152,17 @@ def cmd_status(call):
 def _no_store_yet(conf):
     """STATUS of a network no ADD has reserved in yet changes nothing on the node (``skb doctor`` asks it):
     True (ready: every address is free) when its directory does not exist and the nearest directory above
-    it that does is on a writable filesystem, where the first ADD will create it."""
+    it that does is one the first ADD can create it in (writable, on a filesystem with room)."""
     import os    # (already loaded by the interpreter's start-up)
     path = os.path.join(conf.ipam.store_dir, conf.name)
     if os.path.lexists(path):
         return False
     while path != os.path.dirname(path) and not os.path.lexists(path):
         path = os.path.dirname(path)
-    try:
-        return os.path.isdir(path) and not os.statvfs(path).f_flag & os.ST_RDONLY
+    try:   # (root: access() refuses only an immutable or read-only directory; a full filesystem, statvfs)
+        st = os.statvfs(path)
+        return os.path.isdir(path) and os.access(path, os.W_OK) and not st.f_flag & os.ST_RDONLY and \
+            st.f_bavail > 0 and (st.f_favail > 0 or not st.f_files)
     except OSError:
         return False     # (the store's own error says why)
 

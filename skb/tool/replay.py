@@ -14,7 +14,8 @@ new scratch netns, deleted afterwards unless ``--keep-netns``; the recorded path
 scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prevResult's ``sandbox``) and
 in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
 run: the side-by-side view shows which lines differ, and an ADD replayed as a container of its own (below)
-counts as the same outcome when only those and its address within the same subnet differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
+counts as the same outcome when only those and, for a plugin that made interfaces and was asked for no
+particular address, its address within the same subnet differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
 
 A replay leaves the node as it found it. An ADD or DEL replayed in a scratch netns runs under a container
 ID of its own (``skb-replay-`` and 16 hex digits), not the recorded one: a plugin finds an attachment's
@@ -353,7 +354,8 @@ def replay(rec, plugin, opts):
         same_out = (a == b) if (a is not None or b is not None) else \
             recorded["stdout"].strip() == out["stdout"].strip()
         if not same_out and scratch and command == "ADD" and a is not None:   # a container of its own
-            same_out = aside = _generated_aside(a) == _generated_aside(b)
+            free = not _requested(env.get("CNI_ARGS", ""), stdin)
+            same_out = aside = _generated_aside(a, free) == _generated_aside(b, free)
         same = recorded["exitCode"] == out["exitCode"] and same_out
         aside = aside and same
     return {"command": command, "plugin": plugin, "env": {k: v for k, v in env.items() if k.startswith("CNI_")},
@@ -362,24 +364,39 @@ def replay(rec, plugin, opts):
             "recorded": recorded, "replayed": out, "same": same, "generatedAside": aside}
 
 
-def _generated_aside(result):
-    """An ADD's result without what a replay under a container ID of its own cannot repeat: MACs, the host
-    interface's name (made from the container ID), and each address within its subnet (the next free one
-    then). Anything else that differs is a real difference."""
+def _generated_aside(result, free):
+    """An ADD's result without what a replay under a container ID of its own cannot repeat: MACs and the
+    host interface's name (made from the container ID) and, for a plugin that made interfaces (a ptp, not
+    its IPAM plugin alone) and when no address was requested (``free``), each address within its subnet
+    (the next free one then). Anything else that differs is a real difference."""
     if not isinstance(result, dict):
         return result
     from skb.cni.addr import Net
     result = json.loads(json.dumps(result))
-    for iface in result.get("interfaces") if isinstance(result.get("interfaces"), list) else ():
+    interfaces = result.get("interfaces") if isinstance(result.get("interfaces"), list) else []
+    for iface in interfaces:
         if isinstance(iface, dict):
             iface.pop("mac", None)
             if not iface.get("sandbox"):
                 iface.pop("name", None)
-    for ip in result.get("ips") if isinstance(result.get("ips"), list) else ():
+    for ip in result.get("ips") if isinstance(result.get("ips"), list) and interfaces and free else ():
         net = Net.parse(ip.get("address")) if isinstance(ip, dict) else None
         if net is not None:
             ip["address"] = f"{net.network}/{net.prefixlen}"
     return result
+
+
+def _requested(cni_args, stdin):
+    """Whether the call asked for addresses (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips): then an
+    address is the call's, not the allocator's, and a different one is a real difference."""
+    if any(part.split("=", 1)[0].strip() == "IP" for part in cni_args.split(";")):
+        return True
+    conf = _jsonish(stdin)
+    if not isinstance(conf, dict):
+        return True     # (unknown: compare addresses as they are)
+    args, rc = conf.get("args"), conf.get("runtimeConfig")
+    cni = args.get("cni") if isinstance(args, dict) else None
+    return bool(isinstance(cni, dict) and cni.get("ips")) or bool(isinstance(rc, dict) and rc.get("ips"))
 
 
 def _run(plugin, env, stdin, timeout):

@@ -2,6 +2,7 @@
 in sandbox namespaces). Runtime configuration paths are always given, so the machine's /etc is never read."""
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -354,13 +355,30 @@ def test_forwarding_off_and_strict_rp_filter(skb, setup, make_netns):
     # a node on no network but its pods': ptp's traffic passes strict filtering (README): a note, not a warning
     assert rp["severity"] == "note" and "net.ipv4.conf.all.rp_filter = 1" in rp["evidence"], rp
     assert "ptp's own traffic passes it" in rp["evidence"] and rp["fix"].startswith("nothing"), rp
-    for i in (1, 2):    # on two networks: a reply may leave by another interface than its request came in by
+    # a pod on two routed networks: its replies from the second one leave by the first one's veth
+    setup.write("11-pods2.conflist", {"cniVersion": "1.0.0", "name": "pods2", "plugins": [
+        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, ranges=[[{"subnet": "fd67::/64"}]])}]})
+    cache = libcni.CNIConfig([], str(setup.cache))
+    res = libcni.cniresult.parse_result({"cniVersion": "1.0.0"})
+    for net, ifname in (("pods", "eth0"), ("pods2", "net1")):
+        cache.cache_add(res, b"{}", net, libcni.RuntimeConf("two-homed", "/run/netns/x", ifname))
+    rp = find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]
+    assert rp["severity"] == "warning" and "pod two-homed on several routed networks" in rp["evidence"], rp
+    shutil.rmtree(setup.cache / "results")
+    # a node with two uplinks (any prefix, /32 too): a reply may leave by another one than its request came in by
+    for i, prefix in ((1, 24), (2, 32)):
         subprocess.run(["ip", "-n", ns, "link", "add", f"home{i}", "type", "veth", "peer", "name", f"home{i}p"],
                        check=True)
-        subprocess.run(["ip", "-n", ns, "addr", "add", f"10.7{i}.0.2/24", "dev", f"home{i}"], check=True)
+        subprocess.run(["ip", "-n", ns, "addr", "add", f"10.7{i}.0.2/{prefix}", "dev", f"home{i}"], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", f"home{i}", "up"], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", f"home{i}p", "up"], check=True)
         rp = find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]
         assert rp["severity"] == ("warning" if i == 2 else "note"), rp
-    assert "on several networks (home1, home2)" in rp["evidence"] and "rp_filter=2" in rp["fix"], rp
+    assert "several uplinks (home1, home2)" in rp["evidence"] and "rp_filter=2" in rp["fix"], rp
+    subprocess.run(["ip", "-n", ns, "link", "add", "cni0", "type", "bridge"], check=True)   # not an uplink
+    subprocess.run(["ip", "-n", ns, "addr", "add", "10.88.0.1/16", "dev", "cni0"], check=True)
+    subprocess.run(["ip", "-n", ns, "link", "set", "cni0", "up"], check=True)
+    assert "several uplinks (home1, home2)" in find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]["evidence"]
     sysctl(ns, "net.ipv4.ip_forward", 1)
     sysctl(ns, "net.ipv6.conf.all.forwarding", 1)
     sysctl(ns, "net.ipv4.conf.all.rp_filter", 2)

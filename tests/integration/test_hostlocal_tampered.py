@@ -140,7 +140,10 @@ def test_a_range_whose_only_address_is_its_gateway_is_a_config_error(hl):
     r = hl("ADD", ipam={"ranges": [[{"subnet": "10.1.0.0/29", "rangeStart": "10.1.0.5", "rangeEnd": "10.1.0.5",
                                      "gateway": "10.1.0.5"}]]})
     assert r.rc == 1 and r.json["code"] == 7 and "only address is its gateway" in r.json["msg"], r
-    assert holders(hl.dir) == {}
+    assert not hl.dir.exists()
+    r = hl("STATUS", cniVersion="1.1.0", ipam={"ranges": [[{"subnet": "10.1.0.0/29", "rangeStart": "10.1.0.5",
+                                                            "rangeEnd": "10.1.0.5", "gateway": "10.1.0.5"}]]})
+    assert r.rc == 1 and "only address is its gateway" in r.json["msg"], r    # not ready, as ADD says
 
 
 def test_status_before_any_add_creates_nothing(hl):
@@ -149,3 +152,18 @@ def test_status_before_any_add_creates_nothing(hl):
     assert r.rc == 0 and r.stdout == "", r
     assert not hl.dir.parent.exists()
     assert hl("ADD", cniVersion="1.1.0").rc == 0 and hl("STATUS", cniVersion="1.1.0").rc == 0
+
+
+@pytest.mark.kernel
+def test_status_before_any_add_is_not_ready_where_the_add_could_not_create_its_store(hl, tmp_path):
+    """An immutable parent (chattr +i): ADD fails there (EPERM), so STATUS must not say ready."""
+    parent = tmp_path / "data"
+    parent.mkdir()
+    if subprocess.run(["chattr", "+i", str(parent)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported here")
+    try:
+        assert hl("ADD", cniVersion="1.1.0").rc == 1
+        r = hl("STATUS", cniVersion="1.1.0")
+        assert r.rc == 1 and r.json["code"] == 50, r
+    finally:
+        subprocess.run(["chattr", "-i", str(parent)], check=True)

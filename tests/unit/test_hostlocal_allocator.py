@@ -213,4 +213,4 @@ def test_an_exhausted_set_is_code_100_with_its_details():
     assert ei.value.to_dict() == {"code": 100, "msg": "failed to allocate for range 0: no IP addresses available in "
                                   "range set: 10.0.0.1-10.0.0.2", "details": "all 1 addresses of ipam.ranges[0] are "
                                   "reserved. Reservations of containers that no longer exist are reclaimed by GC (CNI "
-                                  "1.1: the runtime's GC, or `skb gc NETWORK`); add a range to grow it"}
+                                  "1.1: the runtime's GC, or `skb gc NETWORK --keep-live`); add a range to grow it"}

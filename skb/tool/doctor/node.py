@@ -64,34 +64,65 @@ def check_routing(networks, cache_dir, findings):
             strict.append(f"net.ipv4.conf.{ifname}.rp_filter = 1 (host side of a pod)")
     if strict:
         # ptp's own traffic passes strict filtering (each pod address has its own route through its own veth:
-        # README, PTP.md). What it drops arrives on one interface with a reply that would leave by another,
-        # which takes a node on more than one network (a pod veth's gateway address is a /32: not counted).
-        homes = _networked_interfaces()
-        multi = homes is not None and len(homes) > 1
+        # README, PTP.md). What it drops arrives on one interface with a reply that would leave by another:
+        # a node with more than one uplink, or a pod on more than one routed network (its replies from the
+        # second one leave by its default route, through the first one's veth).
+        homes = _uplinks()
+        pods = _pods_on_several_networks(routed, cache_dir)
+        multi = homes is None or len(homes) > 1 or bool(pods)
+        why = []
+        if homes is None:
+            why.append("the node's interfaces could not be read")
+        elif len(homes) > 1:
+            why.append(f"this node has several uplinks ({', '.join(homes)}): traffic to pods from one of them may "
+                       "be answered through another")
+        if pods:
+            why.append(f"pod{'s' if len(pods) > 1 else ''} {', '.join(pods[:3])}{' ...' if len(pods) > 3 else ''} "
+                       "on several routed networks: replies from the second network's address leave through the "
+                       "first one's veth")
         findings.append(Finding(
-            "warning" if multi else "note", "rp-filter-strict", "strict reverse-path filtering where pod traffic passes",
+            "warning" if multi else "note", "rp-filter-strict",
+            "strict reverse-path filtering where pod traffic passes",
             f"{'; '.join(strict)} (the kernel applies the larger of all and the interface). ptp's own traffic "
             f"passes it: each pod address of {names} has its own route through its own veth. Dropped silently: "
-            "packets that arrive on one interface and whose reply would leave by another, "
-            + (f"which this node, on several networks ({', '.join(homes)}), can receive: traffic to pods from "
-               "another network of the node, policy routing" if multi else
-               "which takes a node on more than one network (this one has "
-               + (f"{', '.join(homes) or 'no interface'}" if homes is not None else "interfaces it cannot list")
-               + ") or policy routing"),
+            "packets that arrive on one interface and whose reply would leave by another; "
+            + ("; ".join(why) if multi else f"this node has one uplink ({', '.join(homes) or 'none'}) and no "
+               "cached pod is on several routed networks, so none is expected (policy routing aside)"),
             "sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.default.rp_filter=2 (loose) and persist it "
-            "in /etc/sysctl.d/" if multi else "nothing, unless the node gets another network or policy routing"))
+            "in /etc/sysctl.d/" if multi else "nothing, unless the node gets another uplink, pods join a second "
+            "routed network, or policy routing sends replies elsewhere"))
 
 
-def _networked_interfaces():
-    """Names of the node's interfaces with an IPv4 address on a network (a prefix shorter than /32), lo
-    aside; None when they cannot be read."""
+def _uplinks():
+    """Names of the node's interfaces that are up and hold a global IPv4 address, but lo, bridges (the
+    node's own container networks) and veths into another netns holding only /32 addresses (ptp's host
+    ends); None when they cannot be read."""
     try:
         with RtNetlink(label="the node") as nl:
-            links = {link.index: link.name for link in nl.link_list()}
-            addrs = nl.addr_list(family=2)
+            links = {link.index: link for link in nl.link_list()}
+            addrs = [a for a in nl.addr_list(family=2) if a.scope == 0]
     except CNIError:
         return None
-    return sorted({links.get(a.index, str(a.index)) for a in addrs if a.prefixlen < 32} - {"lo"})
+    out = set()
+    for a in addrs:
+        link = links.get(a.index)
+        if link is None or not link.up or link.name == "lo" or link.kind == "bridge":
+            continue
+        if link.kind == "veth" and link.link_netnsid is not None and \
+                all(x.prefixlen == 32 for x in addrs if x.index == a.index):
+            continue
+        out.add(link.name)
+    return sorted(out)
+
+
+def _pods_on_several_networks(routed, cache_dir):
+    """Container ids with cached attachments in more than one of the routed networks."""
+    names, seen = {n.name for n in routed}, {}
+    for _path, rec in cached_records(cache_dir):
+        cid, net = rec.get("containerId"), rec.get("networkName")
+        if isinstance(cid, str) and cid and net in names:
+            seen.setdefault(cid, set()).add(net)
+    return sorted(cid for cid, nets in seen.items() if len(nets) > 1)
 
 
 def _subnets(netconf):

@@ -1,0 +1,41 @@
+"""skb replay's rule for an ADD replayed as a container of its own: only what the new container ID makes
+anew is set aside (MACs, the host veth's name, and an address the allocator chose); a requested address, or
+an IPAM plugin's own result, is compared as it is."""
+import json
+
+from skb.tool.replay import _generated_aside, _requested
+
+PTP = {"cniVersion": "1.0.0", "interfaces": [{"name": "veth1234", "mac": "aa:bb:cc:dd:ee:01"},
+                                             {"name": "eth0", "mac": "aa:bb:cc:dd:ee:02", "sandbox": "/x"}],
+       "ips": [{"interface": 1, "address": "10.1.0.5/16", "gateway": "10.1.0.1"}]}
+
+
+def _other(address="10.1.0.6/16", sandbox_name="eth0"):
+    r = json.loads(json.dumps(PTP))
+    r["interfaces"][0].update(name="veth9999", mac="aa:bb:cc:dd:ee:03")
+    r["interfaces"][1].update(name=sandbox_name, mac="aa:bb:cc:dd:ee:04")
+    r["ips"][0]["address"] = address
+    return r
+
+
+def test_what_a_new_container_id_makes_is_set_aside():
+    assert _generated_aside(PTP, True) == _generated_aside(_other(), True)
+
+
+def test_a_real_difference_stays_one():
+    assert _generated_aside(PTP, True) != _generated_aside(_other("10.2.0.6/16"), True)   # another subnet
+    assert _generated_aside(PTP, True) != _generated_aside(_other(sandbox_name="eth1"), True)
+    assert _generated_aside(PTP, False) != _generated_aside(_other(), False)   # a requested address
+
+
+def test_an_ipam_plugins_result_keeps_its_address():
+    hl = {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/16", "gateway": "10.1.0.1"}]}
+    other = {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.1/16", "gateway": "10.1.0.1"}]}   # the gateway
+    assert _generated_aside(hl, True) != _generated_aside(other, True)
+
+
+def test_requests_are_seen_wherever_a_runtime_puts_them():
+    assert _requested("IgnoreUnknown=1;IP=10.1.0.15", "{}")
+    assert _requested("", json.dumps({"args": {"cni": {"ips": ["10.1.0.15"]}}}))
+    assert _requested("", json.dumps({"runtimeConfig": {"ips": ["10.1.0.15"]}}))
+    assert not _requested("K8S_POD_NAME=x", json.dumps({"name": "n", "type": "ptp"}))
