@@ -77,14 +77,19 @@ def _check_container(args, pc, cnl, cont_if, prev, addrs):
                            f"route {a.gateway}/{a.host_bits} dev {name} scope link is missing")
         if a.subnet != f"{a.gateway}/{a.host_bits}" and not has(a.subnet, a.gateway):
             raise CNIError(INTERNAL, f"Expected Route {a.subnet} via {a.gateway} dev {name} not found in routing table")
+    tables = {254: routes}
     for r in prev.routes:
         is_default = r.dst in ("0.0.0.0/0", "::/0")
         want = parse_prefix(r.dst)
+        table = r.table if r.table else 254   # (a route with a table, CNI 1.1: in that one, as ADD put it)
+        if table not in tables:
+            tables[table] = cnl.route_list(table=table)
         ok = any(x.prefix == want and (is_default or r.gw is None or x.gw_packed == parse_prefix(r.gw)[1])
-                 for x in routes)
+                 for x in tables[table])
         if not ok:
             via = f" via {r.gw}" if r.gw else ""
-            raise CNIError(INTERNAL, f"Expected Route {r.dst}{via} not found in routing table")
+            where = f" {table}" if table != 254 else ""
+            raise CNIError(INTERNAL, f"Expected Route {r.dst}{via} not found in routing table{where}")
     return link
 
 

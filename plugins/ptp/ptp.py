@@ -128,8 +128,14 @@ def _attachment_free(args, conf, hnl):
         return
     clash = link.alias.startswith(TAG_PREFIX) and link.alias != attachment_tag(conf.name, args.container_id, args.ifname)
     if link.kind == "veth" and link.link_netnsid is not None and not clash:   # (a clash: ADD picks another name)
+        if link.alias.startswith(TAG_PREFIX):
+            fix = f"its host veth {name} is still there: DEL the attachment before adding it again"
+        else:   # (no tag: ours from before tags, or another's veth under the same name; a DEL removes it)
+            fix = (f"a host veth {name} is there, the name this attachment gets, without skb's tag (alias): a DEL "
+                   f"of the attachment removes it, so first make sure it is not another pod's (ip -d link show "
+                   f"{name}); if it is, rename it (ip link set {name} name <other>)")
         raise CNIError(INTERNAL, f"attachment {args.container_id}/{args.ifname} of network {conf.name} already exists",
-                       f"its host veth {name} is still there: DEL the attachment before adding it again")
+                       fix)
 
 
 def _make_veth(args, conf, ns, hnl, cnl, undo, v6):
@@ -236,11 +242,10 @@ def _configure_host(hnl, host, addrs):
 def _enable_forwarding(addrs):
     from skb.linux import sysctl    # (see _make_veth)
     families = {a.family for a in addrs}
-    try:
-        if 4 in families:
-            sysctl.write("net/ipv4/ip_forward", "1")
-        if 6 in families:
-            sysctl.write("net/ipv6/conf/all/forwarding", "1")
+    try:   # (both opened before either is written: a dual-stack ADD that fails here changed neither)
+        sysctl.write_together([(name, "1") for family, name in ((4, "net/ipv4/ip_forward"),
+                                                                (6, "net/ipv6/conf/all/forwarding"))
+                               if family in families])
     except sysctl.SysctlError as e:
         raise CNIError(INTERNAL, f"Could not enable IP forwarding: {e.msg}", e.details) from None
 

@@ -60,6 +60,28 @@ def write(name, value):
     return True
 
 
+def write_together(pairs):
+    """Set several sysctls, each unless it already has its value: every file is opened for writing before
+    any is written, so that one that cannot be (a read-only /proc/sys, a missing sysctl) fails the whole
+    before anything changed. The names of those that changed."""
+    todo, fds = [(n, str(v)) for n, v in pairs if read(n).split() != str(v).split()], []
+    try:
+        for name, value in todo:
+            try:
+                fds.append(os.open(path(name), os.O_WRONLY | os.O_CLOEXEC))
+            except OSError as e:
+                raise _error(f'cannot set sysctl {name} to "{value}"', e) from None
+        for (name, value), fd in zip(todo, fds):
+            try:
+                os.write(fd, value.encode())
+            except OSError as e:
+                raise _error(f'cannot set sysctl {name} to "{value}"', e) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return [name for name, _ in todo]
+
+
 class SysctlError(CNIError):
     """A sysctl that could not be read or written; ``errno`` tells why (ENOENT: no such sysctl)."""
 

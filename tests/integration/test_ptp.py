@@ -334,6 +334,22 @@ def test_check_verifies_both_ends(ptp, make_netns, data_dir):
     assert c.rc == 1    # the IPAM plugin no longer knows the attachment (or the link is gone)
 
 
+def test_check_finds_a_route_in_the_table_add_put_it(ours, make_netns, data_dir):
+    """A route with "table" (CNI 1.1) goes into that table at ADD: CHECK with ADD's own result looked for
+    it in the main table only, and failed a pod set up as asked (review 14)."""
+    ns = make_netns()
+    conf = ptp_conf(data_dir, version="1.1.0", routes=[{"dst": "0.0.0.0/0", "table": 100}])
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 0, r
+    assert [x["dst"] for x in ip_json("route", "show", "table", "100", netns=ns)] == ["default"]
+    ok = ours.check(conf, nspath(ns), r.json)
+    assert ok.rc == 0 and ok.stdout == "", ok
+    subprocess.run(["ip", "-n", ns, "route", "del", "default", "table", "100"], check=True)
+    c = ours.check(conf, nspath(ns), r.json)
+    assert c.rc == 1 and "Expected Route 0.0.0.0/0 not found in routing table 100" in c.json["msg"], c
+    assert ours.delete(conf, nspath(ns)).rc == 0
+
+
 def test_check_needs_040(ours, make_netns, data_dir):
     c = ours.check(ptp_conf(data_dir, version="0.3.1"), nspath(make_netns()), {})
     assert c.rc == 1 and c.json["code"] == 1

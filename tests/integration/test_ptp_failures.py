@@ -2,6 +2,7 @@
 sandbox before and after: host and container links, addresses and routes, iptables and nftables
 rules, host-local's reservation files and the host's forwarding sysctls (tests/integration/ptp_support.py).
 """
+import json
 import os
 import stat
 import subprocess
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from tests.helpers import GO_BIN_DIR, ip_json
+from tests.helpers import GO_BIN_DIR, cni_env, ip_json
 from tests.integration.ptp_support import (Ptp, host_veths, masq_chain_rules, nspath, ptp_conf, reservations,
                                            snapshot)
 
@@ -422,3 +423,46 @@ def test_a_lock_others_may_take_is_not_used(ours, make_netns, data_dir):
             os.chmod("/run/skb-cni", 0o755)
             os.unlink(lock)
     assert reservations(data_dir) == {} and host_veths() == []
+
+
+def test_a_dual_stack_add_that_cannot_switch_ipv6_forwarding_on_changes_neither(bin_dir, make_netns, tmp_path):
+    """IPv4 forwarding was switched on before the IPv6 write failed (review 14): a failed ADD changed it.
+    Both are opened for writing first now. (Run by exec, in a mount namespace of its own where the IPv6
+    switch is read-only: a warm server started there would outlive the test.)"""
+    ns = make_netns()
+    v4, v6 = "/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"
+    before = [open(f).read() for f in (v4, v6)]
+    try:
+        for f in (v4, v6):
+            with open(f, "w") as out:
+                out.write("0")
+        conf = ptp_conf(str(tmp_path / "data"), v6="fd22::/64")
+        env = dict(cni_env("ADD", containerid="fw1", netns=f"/run/netns/{ns}", path=bin_dir), SKB_WARM="0")
+        p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            f'mount --bind -o ro {v6} {v6} && exec "$0"', os.path.join(bin_dir, "ptp")],
+                           input=json.dumps(conf).encode(), env=env, capture_output=True)
+        assert p.returncode == 1 and "forwarding" in json.loads(p.stdout)["msg"], p
+        assert [open(f).read() for f in (v4, v6)] == ["0\n", "0\n"]
+        assert [link["ifname"] for link in ip_json("link", "show", netns=ns)] == ["lo"]
+        assert not [n for n in os.listdir(tmp_path / "data" / "ptpnet") if n[0].isdigit()]
+    finally:
+        for f, value in zip((v4, v6), before):
+            with open(f, "w") as out:
+                out.write(value)
+
+
+def test_an_untagged_veth_at_the_attachments_name_is_named_as_what_a_del_would_remove(ptp, make_netns, data_dir):
+    """Review 14: a veth under the name this attachment derives, without skb's tag, is taken for the
+    attachment's own (made before tags) and a DEL removes it; the refusal said only "DEL the attachment",
+    which removes what may be another pod's interface. It now says to look first. The veth stays."""
+    from skb_plugins.ptp.ownership import host_veth_name
+    ns, other = make_netns(), make_netns()
+    name = host_veth_name("ptpnet", "ctr1", "eth0")
+    subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", other], check=True)
+    try:
+        r = ptp.add(ptp_conf(data_dir), nspath(ns))
+        assert r.rc == 1 and "already exists" in r.json["msg"], r
+        assert "without skb's tag" in r.json["details"] and f"ip -d link show {name}" in r.json["details"], r
+        assert [link["ifname"] for link in ip_json("link", "show", netns=other)] == ["lo", "eth0"]
+    finally:
+        subprocess.run(["ip", "link", "del", name], check=False)
