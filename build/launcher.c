@@ -42,6 +42,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/auxv.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -233,7 +234,12 @@ int warm_applies(const char *bindir, const char *applet, const char *execfn)
     int known = 0;
     for (size_t i = 0; i < sizeof(applets) / sizeof(applets[0]); i++)
         known |= strcmp(applet, applets[i]) == 0;
-    if (!known || !warm_wanted(getenv("SKB_WARM")) || getuid() != 0 || geteuid() != 0 || getpgrp() == 0)
+    if (!known || !warm_wanted(getenv("SKB_WARM")))
+        return 0;
+    /* A seccomp filter first, with a call the exec path makes too (the bootloader's prctl): the warm path
+     * makes system calls the exec path does not (getpgid, lstat, open, fstat, statx...), and a filter may
+     * kill on one. Any filter means exec (the snapshot refuses it later anyway). */
+    if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 0 || getuid() != 0 || geteuid() != 0 || getpgrp() == 0)
         return 0;
     if (turned_off_in(bindir, strlen(bindir)) || (slash && turned_off_in(execfn, (size_t)(slash - execfn))))
         return 0;

@@ -782,6 +782,33 @@ def test_a_seccomp_profile_that_refuses_faccessat2_still_runs_plugins(wbin, extr
     assert (p.returncode, p.stdout.decode()) == (0, plain.stdout), p.stderr
 
 
+# A caller under a seccomp filter that kills the process on one system call (argv[1]: its number)
+KILL_ON = r"""
+import ctypes, json, os, struct, sys
+def insn(code, k, jt=0, jf=0): return struct.pack("HBBI", code, jt, jf, k)
+nr = int(sys.argv.pop(1))
+prog = ctypes.create_string_buffer(insn(0x20, 0) + insn(0x15, nr, 0, 1) + insn(0x06, 0x80000000) + insn(0x06, 0x7fff0000))
+fprog = struct.pack("HxxxxxxQ", 4, ctypes.addressof(prog))
+assert ctypes.CDLL(None).prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0
+os.execve(sys.argv[1], sys.argv[1:], json.loads(os.environ["CALL_ENV"]))
+"""
+
+
+@pytest.mark.parametrize("syscall", [("getpgid", 121), ("lstat", 6), ("open", 2), ("fstat", 5), ("statx", 332)],
+                         ids=lambda s: s[0])
+def test_a_seccomp_filter_that_kills_on_a_call_only_warm_start_makes_changes_nothing(wbin, syscall):
+    """The launcher made these (x86-64) system calls, which the exec path does not, before it looked at the
+    caller's seccomp mode: a filter that kills on one killed the call (SIGSYS), where exec'd it ran
+    (review 14). It asks the kernel's seccomp mode first now, and any filter means exec."""
+    out = []
+    for extra in ({}, COLD):
+        env = dict(cni_env("VERSION"), **extra)
+        out.append(subprocess.run(["/usr/bin/python3", "-c", KILL_ON, str(syscall[1]), os.path.join(wbin, "loopback")],
+                                  env={"CALL_ENV": json.dumps(env)}, capture_output=True))
+    assert out[1].returncode == 0, out[1]      # exec'd, the filter never fires
+    assert (out[0].returncode, out[0].stdout) == (0, out[1].stdout), out[0]
+
+
 _BURST_OF_CONTEXTS = r"""
 import json, os, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
