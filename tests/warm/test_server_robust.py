@@ -1604,3 +1604,50 @@ def test_a_directory_at_the_socket_name_leaves_no_file_per_start(tmp_path):
     finally:
         os.rmdir(os.path.join(WARM_DIR, key + ".sock"))
         stop_servers(bindir)
+
+
+def _memory_cgroup(tmp_name, limit):
+    """A new memory cgroup (v1's memory hierarchy, or v2's root) limited to ``limit`` bytes, or skip."""
+    own = open("/proc/self/cgroup").read().splitlines()
+    v1 = next((line.split(":", 2)[2] for line in own if "memory" in line.split(":")[1].split(",")), None)
+    if v1 is not None and os.path.ismount("/sys/fs/cgroup/memory"):
+        cg, knob = os.path.join("/sys/fs/cgroup/memory", v1.lstrip("/"), tmp_name), "memory.limit_in_bytes"
+    elif "memory" in open("/sys/fs/cgroup/cgroup.subtree_control").read().split():
+        cg, knob = os.path.join("/sys/fs/cgroup", tmp_name), "memory.max"
+    else:
+        pytest.skip("no memory cgroup controller this test can make a cgroup of")
+    try:
+        os.mkdir(cg)
+        with open(os.path.join(cg, knob), "w") as f:
+            f.write(str(limit))
+    except OSError as e:
+        pytest.skip(f"cannot make a limited memory cgroup here: {e}")
+    return cg
+
+
+def test_no_server_where_the_callers_memory_cgroup_has_no_room_for_it(wbin):
+    """Review 14: started in a runtime's cgroup with a tight memory.max, the server (the largest process
+    there) was the OOM killer's choice, and the calls its children ran in that moment ended in 999. A
+    server now starts only with 64 MiB of room left; the calls there go by exec, with the exec'd answers."""
+    cg = _memory_cgroup(f"skb-test-{os.getpid()}", 48 << 20)
+    try:
+        def join():
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        exe = os.path.join(wbin, "loopback")
+        for _ in range(3):
+            w = subprocess.run([exe], env=cni_env("VERSION"), capture_output=True, preexec_fn=join)
+            c = subprocess.run([exe], env=cni_env("VERSION", **COLD), capture_output=True, preexec_fn=join)
+            assert (w.returncode, w.stdout) == (c.returncode, c.stdout) and w.returncode == 0, w
+        said = lambda: "".join(open(os.path.join(WARM_DIR, n)).read() for n in os.listdir(WARM_DIR)
+                               if n.endswith(".log"))
+        wait_for(lambda: "its memory cgroup has" in said(), "the server's refusal in its log")
+        assert "below 64 MiB" in said()
+    finally:   # (a server that did start there, on a build without the check, must not keep it alive)
+        for pid in open(os.path.join(cg, "cgroup.procs")).read().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        wait_for(lambda: not open(os.path.join(cg, "cgroup.procs")).read().strip(), "the cgroup empties")
+        os.rmdir(cg)

@@ -27,6 +27,42 @@ POOL = 3                # spares kept forked ahead of calls
 LOST_BACKOFF = 2.0      # seconds without new spares after one ended without a call
 
 
+MIN_ROOM = 64 << 20     # bytes the caller's memory cgroup must have left for a server to start there
+
+
+def memory_room(cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup"):
+    """Bytes left under the tightest memory limit of this process's cgroup and its ancestors (v2's
+    memory.max less memory.current, v1's limit_in_bytes less usage_in_bytes); None when there is no limit
+    or it cannot be read. The server and its spares count against that limit as long as they live."""
+    try:
+        with open(cgroup_file, "rb") as f:
+            lines = f.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        return None
+    dirs = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        if controllers == "":
+            dirs.append((os.path.join(root, path.lstrip("/")), "memory.max", "memory.current"))
+        elif "memory" in controllers.split(","):
+            dirs.append((os.path.join(root, "memory", path.lstrip("/")), "memory.limit_in_bytes",
+                         "memory.usage_in_bytes"))
+    room = None
+    for d, limit, usage in dirs:
+        while d.startswith(root):
+            try:
+                with open(os.path.join(d, limit), "rb") as f:
+                    cap = f.read().strip()
+                with open(os.path.join(d, usage), "rb") as f:
+                    used = int(f.read())
+                if cap.isdigit() and int(cap) < 1 << 60:   # ("max", or v1's huge "unlimited")
+                    room = min(room if room is not None else 1 << 62, int(cap) - used)
+            except (OSError, ValueError):
+                pass
+            d = os.path.dirname(d)
+    return room
+
+
 class Ended:
     """A child's end, as its holder saw it (wait4)."""
     __slots__ = ("status", "ru_maxrss", "ru_minflt")
