@@ -131,7 +131,7 @@ def cmd_check(call):
 
 def cmd_status(call):
     conf = call.conf
-    if _no_store_yet(conf):
+    if _no_store_yet(conf):     # (raises when the first ADD could not make it: nothing is created here)
         return
     try:
         store = Store(conf.ipam.store_dir, conf.name).__enter__()
@@ -152,7 +152,8 @@ def cmd_status(call):
 def _no_store_yet(conf):
     """STATUS of a network no ADD has reserved in yet changes nothing on the node (``skb doctor`` asks it):
     True (ready: every address is free) when its directory does not exist and the nearest directory above
-    it that does is one the first ADD can create it in (writable, on a filesystem with room)."""
+    it that does is one the first ADD can create it in (writable, on a filesystem with room), CNIError
+    (not available) when it could not; False when the directory exists (the store answers)."""
     import os    # (already loaded by the interpreter's start-up)
     path = os.path.join(conf.ipam.store_dir, conf.name)
     if os.path.lexists(path):
@@ -161,10 +162,16 @@ def _no_store_yet(conf):
         path = os.path.dirname(path)
     try:   # (root: access() refuses only an immutable or read-only directory; a full filesystem, statvfs)
         st = os.statvfs(path)
-        return os.path.isdir(path) and os.access(path, os.W_OK) and not st.f_flag & os.ST_RDONLY and \
-            st.f_bavail > 0 and (st.f_favail > 0 or not st.f_files)
-    except OSError:
-        return False     # (the store's own error says why)
+        why = ("is not a directory" if not os.path.isdir(path) else "is on a read-only filesystem"
+               if st.f_flag & os.ST_RDONLY else "is not writable (chattr +i?)" if not os.access(path, os.W_OK)
+               else "is on a full filesystem" if st.f_bfree == 0 or (st.f_files and st.f_ffree == 0) else None)
+    except OSError as e:
+        why = f"cannot be read: {e.strerror}"
+    if why is None:
+        return True
+    raise CNIError(NOT_AVAILABLE, f"host-local store {os.path.join(conf.ipam.store_dir, conf.name)} cannot be "
+                                  f"created: {path} {why}", "ADD creates it there: fix that directory, or point "
+                                  "ipam.dataDir elsewhere")
 
 
 def cmd_gc(call):

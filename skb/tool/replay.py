@@ -14,8 +14,9 @@ new scratch netns, deleted afterwards unless ``--keep-netns``; the recorded path
 scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prevResult's ``sandbox``) and
 in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
 run: the side-by-side view shows which lines differ, and an ADD replayed as a container of its own (below)
-counts as the same outcome when only those and, for a plugin that made interfaces and was asked for no
-particular address, its address within the same subnet differ. A DEL keeps its recorded netns even when gone: that is the situation it must handle.
+counts as the same outcome when only those and, when it was asked for no particular address, its address
+within the same subnet (not its gateway, network or broadcast address) differ. A DEL keeps its recorded
+netns even when gone: that is the situation it must handle.
 
 A replay leaves the node as it found it. An ADD or DEL replayed in a scratch netns runs under a container
 ID of its own (``skb-replay-`` and 16 hex digits), not the recorded one: a plugin finds an attachment's
@@ -366,9 +367,9 @@ def replay(rec, plugin, opts):
 
 def _generated_aside(result, free):
     """An ADD's result without what a replay under a container ID of its own cannot repeat: MACs and the
-    host interface's name (made from the container ID) and, for a plugin that made interfaces (a ptp, not
-    its IPAM plugin alone) and when no address was requested (``free``), each address within its subnet
-    (the next free one then). Anything else that differs is a real difference."""
+    host interface's name (made from the container ID) and, when no address was requested (``free``),
+    each address within its subnet (the next free one then), unless it is its gateway or the subnet's
+    network or broadcast address. Anything else that differs is a real difference."""
     if not isinstance(result, dict):
         return result
     from skb.cni.addr import Net
@@ -379,10 +380,11 @@ def _generated_aside(result, free):
             iface.pop("mac", None)
             if not iface.get("sandbox"):
                 iface.pop("name", None)
-    for ip in result.get("ips") if isinstance(result.get("ips"), list) and interfaces and free else ():
+    for ip in result.get("ips") if isinstance(result.get("ips"), list) and free else ():
         net = Net.parse(ip.get("address")) if isinstance(ip, dict) else None
-        if net is not None:
-            ip["address"] = f"{net.network}/{net.prefixlen}"
+        if net is not None and ip["address"].split("/")[0] != ip.get("gateway") and net.ip != net.network and \
+                (net.family == 6 or net.ip != net.last):   # (the gateway, the network, the broadcast: never)
+            ip["address"] = f"any of {net.network}/{net.prefixlen}"
     return result
 
 

@@ -356,14 +356,18 @@ def test_forwarding_off_and_strict_rp_filter(skb, setup, make_netns):
     assert rp["severity"] == "note" and "net.ipv4.conf.all.rp_filter = 1" in rp["evidence"], rp
     assert "ptp's own traffic passes it" in rp["evidence"] and rp["fix"].startswith("nothing"), rp
     # a pod on two routed networks: its replies from the second one leave by the first one's veth
-    setup.write("11-pods2.conflist", {"cniVersion": "1.0.0", "name": "pods2", "plugins": [
-        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, ranges=[[{"subnet": "fd67::/64"}]])}]})
+    def pods2(subnet):
+        setup.write("11-pods2.conflist", {"cniVersion": "1.0.0", "name": "pods2", "plugins": [
+            {"type": "ptp", "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]}}]})
+    pods2("10.67.0.0/24")
     cache = libcni.CNIConfig([], str(setup.cache))
     res = libcni.cniresult.parse_result({"cniVersion": "1.0.0"})
     for net, ifname in (("pods", "eth0"), ("pods2", "net1")):
         cache.cache_add(res, b"{}", net, libcni.RuntimeConf("two-homed", "/run/netns/x", ifname))
     rp = find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]
     assert rp["severity"] == "warning" and "pod two-homed on several routed networks" in rp["evidence"], rp
+    pods2("fd67::/64")      # an IPv6-only second network: rp_filter is IPv4's only
+    assert find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]["severity"] == "note"
     shutil.rmtree(setup.cache / "results")
     # a node with two uplinks (any prefix, /32 too): a reply may leave by another one than its request came in by
     for i, prefix in ((1, 24), (2, 32)):
@@ -378,7 +382,13 @@ def test_forwarding_off_and_strict_rp_filter(skb, setup, make_netns):
     subprocess.run(["ip", "-n", ns, "link", "add", "cni0", "type", "bridge"], check=True)   # not an uplink
     subprocess.run(["ip", "-n", ns, "addr", "add", "10.88.0.1/16", "dev", "cni0"], check=True)
     subprocess.run(["ip", "-n", ns, "link", "set", "cni0", "up"], check=True)
-    assert "several uplinks (home1, home2)" in find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]["evidence"]
+    rp = find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]
+    assert "several uplinks (home1, home2)" in rp["evidence"], rp
+    # ... but a bridge with a port of the node's own (a NIC, here a veth whose peer stays on the node) is one
+    subprocess.run(["ip", "-n", ns, "link", "add", "nic0", "type", "veth", "peer", "name", "nic0p"], check=True)
+    subprocess.run(["ip", "-n", ns, "link", "set", "nic0", "master", "cni0", "up"], check=True)
+    rp = find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]
+    assert "several uplinks (cni0, home1, home2)" in rp["evidence"], rp
     sysctl(ns, "net.ipv4.ip_forward", 1)
     sysctl(ns, "net.ipv6.conf.all.forwarding", 1)
     sysctl(ns, "net.ipv4.conf.all.rp_filter", 2)

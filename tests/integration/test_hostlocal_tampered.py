@@ -164,6 +164,7 @@ def test_status_before_any_add_is_not_ready_where_the_add_could_not_create_its_s
     try:
         assert hl("ADD", cniVersion="1.1.0").rc == 1
         r = hl("STATUS", cniVersion="1.1.0")
-        assert r.rc == 1 and r.json["code"] == 50, r
+        assert r.rc == 1 and r.json["code"] == 50 and "cannot be created" in r.json["msg"], r
+        assert not hl.dir.exists()
     finally:
         subprocess.run(["chattr", "-i", str(parent)], check=True)

@@ -28,10 +28,13 @@ def test_a_real_difference_stays_one():
     assert _generated_aside(PTP, False) != _generated_aside(_other(), False)   # a requested address
 
 
-def test_an_ipam_plugins_result_keeps_its_address():
+def test_an_ipam_plugins_result_is_compared_the_same_way_but_never_hides_a_gateway_or_broadcast():
     hl = {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/16", "gateway": "10.1.0.1"}]}
-    other = {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.1/16", "gateway": "10.1.0.1"}]}   # the gateway
-    assert _generated_aside(hl, True) != _generated_aside(other, True)
+    assert _generated_aside(hl, True) == _generated_aside(
+        {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.6/16", "gateway": "10.1.0.1"}]}, True)
+    for bad in ("10.1.0.1/16", "10.1.255.255/16", "10.1.0.0/16"):    # the gateway, the broadcast, the network
+        other = {"cniVersion": "1.0.0", "ips": [{"address": bad, "gateway": "10.1.0.1"}]}
+        assert _generated_aside(hl, True) != _generated_aside(other, True), bad
 
 
 def test_requests_are_seen_wherever_a_runtime_puts_them():

@@ -30,25 +30,43 @@ LOST_BACKOFF = 2.0      # seconds without new spares after one ended without a c
 MIN_ROOM = 64 << 20     # bytes the caller's memory cgroup must have left for a server to start there
 
 
-def memory_room(cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup"):
-    """Bytes left under the tightest memory limit of this process's cgroup and its ancestors (v2's
-    memory.max less memory.current, v1's limit_in_bytes less usage_in_bytes); None when there is no limit
-    or it cannot be read. The server and its spares count against that limit as long as they live."""
+def memory_refusal(cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup", pid=None):
+    """Why a server may not start in this process's memory cgroup, or None: less than MIN_ROOM left under
+    the tightest memory limit of the cgroup and its ancestors, or a cgroup it cannot find (a cgroup
+    namespace over a /sys/fs/cgroup mounted outside it: the limits it would read are not its own)."""
+    room, where = memory_room(cgroup_file, root, os.getpid() if pid is None else pid)
+    if room is not None and room < MIN_ROOM:
+        return (f"its memory cgroup has {max(room, 0) >> 20} MiB left (reclaimable page cache aside), below "
+                f"{MIN_ROOM >> 20} MiB" if where is None else f"its memory cgroup is not where {where} says")
+    return None
+
+
+def memory_room(cgroup_file, root, pid):
+    """(bytes left under the tightest memory limit of this process's cgroup and its ancestors, None); the
+    use is v2's memory.current or v1's usage_in_bytes less the inactive page cache, which the kernel
+    reclaims before it kills (kubelet's working set). (None, None): no limit or nothing to read there.
+    (0, file): the cgroup dir the process names is not one that lists it."""
     try:
         with open(cgroup_file, "rb") as f:
             lines = f.read().decode("ascii", "replace").splitlines()
     except OSError:
-        return None
+        return None, None
     dirs = []
     for line in lines:
         _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
-        if controllers == "":
-            dirs.append((os.path.join(root, path.lstrip("/")), "memory.max", "memory.current"))
+        if controllers == "" and os.path.exists(os.path.join(root, "cgroup.controllers")):
+            dirs.append((os.path.join(root, path.lstrip("/")), "memory.max", "memory.current", "inactive_file"))
         elif "memory" in controllers.split(","):
             dirs.append((os.path.join(root, "memory", path.lstrip("/")), "memory.limit_in_bytes",
-                         "memory.usage_in_bytes"))
+                         "memory.usage_in_bytes", "total_inactive_file"))
     room = None
-    for d, limit, usage in dirs:
+    for d, limit, usage, cache in dirs:
+        try:
+            with open(os.path.join(d, "cgroup.procs"), "rb") as f:
+                if str(pid).encode() not in f.read().split():
+                    return 0, cgroup_file
+        except OSError:
+            return 0, cgroup_file
         while d.startswith(root):
             try:
                 with open(os.path.join(d, limit), "rb") as f:
@@ -56,11 +74,24 @@ def memory_room(cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup"):
                 with open(os.path.join(d, usage), "rb") as f:
                     used = int(f.read())
                 if cap.isdigit() and int(cap) < 1 << 60:   # ("max", or v1's huge "unlimited")
+                    used -= _stat_field(os.path.join(d, "memory.stat"), cache)
                     room = min(room if room is not None else 1 << 62, int(cap) - used)
             except (OSError, ValueError):
                 pass
             d = os.path.dirname(d)
-    return room
+    return room, None
+
+
+def _stat_field(path, name):
+    try:
+        with open(path, "rb") as f:
+            for line in f.read().splitlines():
+                key, _, value = line.partition(b" ")
+                if key == name.encode():
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 class Ended:

@@ -140,8 +140,8 @@ class Server:
             return f"context key {snapshot.fnv1a(text)} is not the requested {self.key}; context:\n{text.decode()}"
         if b"\nSeccomp:\t0\n" not in text:
             return "under a seccomp filter"
-        if (room := children.memory_room()) is not None and room < children.MIN_ROOM:  # (its spares count there)
-            return f"its memory cgroup has {room >> 20} MiB left, below {children.MIN_ROOM >> 20} MiB"
+        if (why := children.memory_refusal()) is not None:   # (it and its spares count there)
+            return why
         if os.path.realpath(os.path.join(self.bindir, ".skb")) != self.bundle:
             return "the bin dir no longer runs this bundle"
         self.lock = os.open(f"{self.key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600,

@@ -94,9 +94,9 @@ def check_routing(networks, cache_dir, findings):
 
 
 def _uplinks():
-    """Names of the node's interfaces that are up and hold a global IPv4 address, but lo, bridges (the
-    node's own container networks) and veths into another netns holding only /32 addresses (ptp's host
-    ends); None when they cannot be read."""
+    """Names of the node's interfaces that are up and hold a global IPv4 address, but lo, bridges with no
+    port but pods' veths (the node's own container networks) and veths into another netns holding only /32
+    addresses (ptp's host ends); None when they cannot be read."""
     try:
         with RtNetlink(label="the node") as nl:
             links = {link.index: link for link in nl.link_list()}
@@ -106,18 +106,25 @@ def _uplinks():
     out = set()
     for a in addrs:
         link = links.get(a.index)
-        if link is None or not link.up or link.name == "lo" or link.kind == "bridge":
+        if link is None or not link.up or link.name == "lo":
             continue
-        if link.kind == "veth" and link.link_netnsid is not None and \
-                all(x.prefixlen == 32 for x in addrs if x.index == a.index):
+        if link.kind == "bridge" and not any(p.master == link.index and not _pod_end(p) for p in links.values()):
+            continue     # (a bridge with pods' veths only, or none: the node's container network)
+        if _pod_end(link) and all(x.prefixlen == 32 for x in addrs if x.index == a.index):
             continue
         out.add(link.name)
     return sorted(out)
 
 
+def _pod_end(link):
+    return link.kind == "veth" and link.link_netnsid is not None    # (its peer in another netns)
+
+
 def _pods_on_several_networks(routed, cache_dir):
-    """Container ids with cached attachments in more than one of the routed networks."""
-    names, seen = {n.name for n in routed}, {}
+    """Container ids with cached attachments in more than one of the routed networks that hand out IPv4
+    addresses (or whose IPAM is not known): rp_filter is IPv4's only."""
+    names = {n.name for n in routed if not _subnets(n) or any(":" not in s for s in _subnets(n))}
+    seen = {}
     for _path, rec in cached_records(cache_dir):
         cid, net = rec.get("containerId"), rec.get("networkName")
         if isinstance(cid, str) and cid and net in names:
