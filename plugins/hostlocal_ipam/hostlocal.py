@@ -162,9 +162,10 @@ def _no_store_yet(conf):
         path = os.path.dirname(path)
     try:   # (root: access() refuses only an immutable or read-only directory; a full filesystem, statvfs)
         st = os.statvfs(path)
-        why = ("is not a directory" if not os.path.isdir(path) else "is on a read-only filesystem"
-               if st.f_flag & os.ST_RDONLY else "is not writable (chattr +i?)" if not os.access(path, os.W_OK)
-               else "is on a full filesystem" if st.f_bfree == 0 or (st.f_files and st.f_ffree == 0) else None)
+        why = ("is not a directory (ENOTDIR)" if not os.path.isdir(path) else "is on a read-only filesystem (EROFS)"
+               if st.f_flag & os.ST_RDONLY else "is not writable, immutable say (EPERM)" if not os.access(path, os.W_OK)
+               else "is on a full filesystem (ENOSPC)" if st.f_bfree == 0 or (st.f_files and st.f_ffree == 0)
+               else None)
     except OSError as e:
         why = f"cannot be read: {e.strerror}"
     if why is None:

@@ -156,7 +156,8 @@ def test_status(hl, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     r = hl("STATUS", version="1.1.0", ipam={"dataDir": str(blocker)})
-    assert r.json["code"] == 50 and "unusable" in r.json["msg"]
+    assert r.json["code"] == 50 and f"cannot be created: {blocker} is not a directory" in r.json["msg"], r
+    assert hl("ADD", version="1.1.0", ipam={"dataDir": str(blocker)}).json["code"] == 5     # as the ADD finds
 
 
 def gc(hl, valid, key="cni.dev/valid-attachments"):
