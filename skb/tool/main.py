@@ -234,11 +234,7 @@ def _gc_notes(prog, netconf, valid):
     a GC without a list of valid attachments frees nothing in skb's host-local."""
     if netconf.disable_gc:
         return
-    try:
-        new_enough = libcni.version_ge(netconf.cni_version, "1.1.0")
-    except libcni.LibcniError:
-        new_enough = False
-    if not new_enough:
+    if not libcni.speaks_1_1(netconf.cni_version):
         sys.stderr.write(f"{prog}: note: network {netconf.name!r} has cniVersion {netconf.cni_version}: its plugins "
                          "are sent GC only from 1.1.0 on, so only cached attachments were DELeted; an IPAM's "
                          "leaked reservations stay (skb doctor names them and how to remove them)\n")

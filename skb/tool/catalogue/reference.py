@@ -69,8 +69,8 @@ ENTRIES = [
           "half succeeded) and no DEL released it, and the runtime is retrying ADD. Usual causes: a runtime "
           "restart between ADD and DEL, a DEL that failed, a state dir restored from a backup.",
           ["grep -l {id} /var/lib/cni/networks/*/*"],
-          "skb gc NETWORK --keep-live releases what no live attachment holds (skb's host-local also returns the same address "
-          "instead of failing)", ("leaked-reservation",), ("leaks",)),
+          "skb gc NETWORK --keep-live releases what no live attachment holds (skb's host-local also returns the "
+          "same address instead of failing)", ("leaked-reservation",), ("leaks",)),
     Entry("allocate-all", "host-local", "failed to allocate all requested IPs: <ip>",
           "host-local could not give the requested address {ip}",
           "A fixed address was asked for and it lies in none of the network's ranges (a podman --ip from "

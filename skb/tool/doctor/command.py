@@ -103,8 +103,8 @@ def _fold_status(findings):
     read_only = {f.where for f in findings if f.code == "config-invalid" and f.severity == "error"
                  and "is on a read-only mount" in f.what}
     for f in findings:
-        if f.code == "status-failed" and f.network in invalid and (
-                f.cni_code in (6, 7) or f.network in read_only and "EROFS" in f.evidence):
+        if f.code == "status-failed" and (f.network in invalid and f.cni_code in (6, 7) or
+                                          f.network in read_only and "EROFS" in f.evidence):
             f.severity = "note"
             f.what += ", for the reason the config-invalid error gives"
 
@@ -163,8 +163,9 @@ no-plugins, invalid-json, load-error, no-cniversion, shadowed, several-networks,
 plugin-elsewhere, plugin-dangling, plugin-not-executable, version-failed, version-unsupported, status-failed,
 config-invalid, range-exhausted, pod-range-overlap, host-lo-down, forwarding-off, rp-filter-strict,
 leaked-reservation, runtime-dirs-disagree, runtime-config-invalid, runtime-config-ignored, probe-failed,
-probe-no-ip, probe-leftover, probe-skipped, probe-needs, warm-start-off; and the notes default-network and probe. A leaked host-local reservation is one whose attachment has no
-cached result in <cache-dir>/results, or whose cached netns is gone. One cause gives one finding: a probe
+probe-no-ip, probe-leftover, probe-skipped, probe-needs, warm-start-off; and the notes default-network and
+probe. A leaked host-local reservation is one whose attachment has no cached result in <cache-dir>/results,
+or whose cached netns is gone. One cause gives one finding: a probe
 outcome an error already predicts is a note. docs/DIAGNOSTICS.md has the whole list.
 
 Without --conf-dir/--bin-dir the directories come from containerd's config.toml (version 1, 2 and 3

@@ -123,10 +123,7 @@ def _dangling_finding(view, ptype, role, where, links, found, source):
 
 
 def _wants_status(netconf):
-    try:
-        return libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0")
-    except libcni.LibcniError:
-        return False
+    return libcni.speaks_1_1(netconf.cni_version)
 
 
 def _version_job(view, path):

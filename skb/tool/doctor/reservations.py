@@ -141,7 +141,7 @@ def check_leaks(networks, cache_dir, findings, reported=()):
 def gc_fix(netconf, leaked):
     """How to free ``leaked`` (leaked_reservations' entries): skb gc --keep-live reaches the plugins only
     at cniVersion 1.1.0 or later; before, it DELs the cached attachments, and the rest is removed by hand."""
-    gc_can = libcni.version_ge(netconf.cni_version or "0.1.0", "1.1.0") if _parses(netconf.cni_version) else False
+    gc_can = libcni.speaks_1_1(netconf.cni_version)
     uncached = [p for _ip, _c, _i, p, why, att in leaked if att is None]
     files = f"rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}"
     if gc_can:
@@ -152,10 +152,3 @@ def gc_fix(netconf, leaked):
     return (f"GC needs cniVersion 1.1.0 (the network has {netconf.cni_version or '0.1.0'}); once the "
             f"containers are confirmed gone: {files}")
 
-
-def _parses(v):
-    try:
-        libcni.version_ge(v or "0.1.0", "0.1.0")
-        return True
-    except libcni.LibcniError:
-        return False

@@ -33,7 +33,7 @@ from skb.tool.libcni.gojson import _field, go_marshal, go_quote, go_type
 from skb.tool.libcni.conf import (CURRENT_VERSION, DEFAULT_CONF_DIR, NetworkConfigList, PluginConfig,
                                   conf_files, conf_from_file, conflist_from_bytes, conflist_from_conf,
                                   conflist_from_file, default_network_files, go_ext, inject_conf, load_any,
-                                  load_conf, load_network, plugin_conf_from_bytes, version_ge)
+                                  load_conf, load_network, plugin_conf_from_bytes, speaks_1_1, version_ge)
 from skb.tool.libcni.results import parse_plugin_result, result_dict
 from skb.tool.libcni.rawexec import RawExec, find_in_path, parse_plugin_error
 from skb.tool.libcni.runner import (CACHE_KIND, DEFAULT_CACHE_DIR, Attachment, CNIConfig, RuntimeConf,
@@ -44,7 +44,7 @@ __all__ = ["jsonio", "cniresult", "CNIError", "LibcniError", "NoConfigsFound", "
            "_field", "go_marshal", "go_quote", "go_type", "CURRENT_VERSION", "DEFAULT_CONF_DIR",
            "NetworkConfigList", "PluginConfig", "conf_files", "conf_from_file", "conflist_from_bytes",
            "conflist_from_conf", "conflist_from_file", "default_network_files", "go_ext", "inject_conf",
-           "load_any", "load_conf", "load_network", "plugin_conf_from_bytes", "version_ge",
+           "load_any", "load_conf", "load_network", "plugin_conf_from_bytes", "speaks_1_1", "version_ge",
            "parse_plugin_result", "result_dict", "RawExec", "find_in_path", "parse_plugin_error",
            "CACHE_KIND", "DEFAULT_CACHE_DIR", "Attachment", "CNIConfig", "RuntimeConf",
            "decode_version_info", "validate_container_id", "validate_network_name", "cnitool_container_id",

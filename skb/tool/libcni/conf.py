@@ -119,6 +119,14 @@ def version_ge(a, b):
         raise LibcniError(e.msg) from None
 
 
+def speaks_1_1(version):
+    """Whether a network of this cniVersion gets GC and STATUS (1.1.0 and later); unset or unparseable: no."""
+    try:
+        return version_ge(version or "0.1.0", "1.1.0")
+    except LibcniError:
+        return False
+
+
 def _read_bool(raw, key):
     v = raw.get(key)
     if v is None and key not in raw:

@@ -10,7 +10,7 @@ from skb.cni import invoke
 from skb.cni import jsonio
 from skb.cni import result as cniresult
 from skb.cni.errors import CNIError, INVALID_CONFIG, UNKNOWN_CONTAINER
-from skb.tool.libcni.conf import _read, inject_conf, version_ge
+from skb.tool.libcni.conf import _read, inject_conf, speaks_1_1, version_ge
 from skb.tool.libcni.errors import LibcniError, describe
 from skb.tool.libcni.gojson import _json_kind, go_marshal
 from skb.tool.libcni.rawexec import RawExec
@@ -283,11 +283,7 @@ class CNIConfig:
                 self.del_list(netconf, rt)
             except (LibcniError, CNIError) as e:
                 errors.append(LibcniError(f"failed to delete stale attachment {rt.container_id} {rt.ifname}", e))
-        try:
-            new_enough = version_ge(netconf.cni_version, "1.1.0")
-        except LibcniError:
-            new_enough = False
-        if new_enough:
+        if speaks_1_1(netconf.cni_version):
             inject = {"name": netconf.name, "cniVersion": netconf.cni_version}
             if valid is not None:
                 attachments = [{"containerID": c, "ifname": i} for c, i in valid]
