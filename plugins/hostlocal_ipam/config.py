@@ -224,6 +224,9 @@ class RouteConf(cfg.Conf):
             raise CNIError(INVALID_CONFIG, f"invalid field {where}.dst: {self.dst!r} is not a network in CIDR notation")
         if self.gw and IP.parse(self.gw) is None:
             raise CNIError(INVALID_CONFIG, f"invalid field {where}.gw: {self.gw!r} is not an IP address")
+        if self.gw and IP.parse(self.gw).family != Net.parse(self.dst).family:
+            raise CNIError(INVALID_CONFIG, f"invalid field {where}.gw: {self.gw} is not of the IP version of "
+                                           f"dst {self.dst}", "give the route a gateway of its own IP version")
         for key, top in (("mtu", _U32), ("advmss", _U32), ("priority", _U32), ("table", _U32), ("scope", _U8)):
             value = getattr(self, key)
             if value is not None and not 0 <= value <= top:

@@ -1,7 +1,8 @@
 """loopback: bring ``lo`` up in the container's network namespace.
 
 ADD sets ``lo`` up and reports it with its loopback addresses (or passes a chained prevResult through).
-CHECK verifies ``lo`` is up and carries only loopback addresses. DEL sets ``lo`` down like the reference
+CHECK verifies ``lo`` is up, as the reference's does: an address a later plugin or the pod put on ``lo``
+(a service address, say) is not loopback's to judge. DEL sets ``lo`` down like the reference
 plugin, but only in a namespace that is provably the container's (see ``skb.linux.guard``): never in the node's
 own, whatever path names it. CNI_IFNAME is validated but ignored (CRI sends ``lo``, podman ``eth0``).
 """
@@ -73,7 +74,6 @@ def cmd_check(call):
             if not lo.flags & _IFF_UP:
                 raise CNIError(INTERNAL, "loopback interface is down",
                                f"lo in netns {args.netns} is not up; the container has no working loopback")
-            _lo_addresses(nl, lo, args.netns)
 
 
 def cmd_del(call):

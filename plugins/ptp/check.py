@@ -1,6 +1,6 @@
-"""ptp's CHECK: both ends of the pair (links, addresses, routes, MTU), the host end proven the container
-end's peer, the masquerade rules and forwarding, against the runtime's cached result. Loaded only for
-CHECK (ptp.py imports it there).
+"""ptp's CHECK: both ends of the pair (links, addresses, routes, the host end's MTU), the host end proven
+the container end's peer, the masquerade rules and forwarding, against the runtime's cached result.
+Loaded only for CHECK (ptp.py imports it there).
 """
 from skb.cni.errors import CNIError, INTERNAL
 from skb.cni.result import parse_prev_result
@@ -55,8 +55,8 @@ def _check_container(args, pc, cnl, cont_if, prev, addrs):
         raise CNIError(INTERNAL, f"Error: Container interface {name} not of type veth/p2p")
     if cont_if.mac and cont_if.mac != link.mac:
         raise CNIError(INTERNAL, f"ptp: Interface {name} Mac {cont_if.mac} doesn't match container Mac: {link.mac}")
-    if pc.mtu and link.mtu != pc.mtu:
-        raise CNIError(INTERNAL, f"ptp: Interface {name} MTU {link.mtu} doesn't match the configured mtu {pc.mtu}")
+    # No MTU comparison here: a later plugin of the chain (tuning) may set the container end's, and CHECK
+    # must tolerate what later plugins changed (the reference's CHECK compares no MTU at all).
     have = {(a.family, a.packed, a.prefixlen) for a in cnl.addr_list(index=link.index)}
     for ipc in prev.ips:
         if parse_prefix(ipc.address) not in have:

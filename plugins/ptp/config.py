@@ -8,7 +8,7 @@ forever and leak the veth and the address. GC reads only ``ipam.type``: it remov
 of every attachment that is no longer valid, whatever ``ipMasq`` says now.
 """
 from skb.cni import netconf as config
-from skb.cni.addr import Net
+from skb.cni.addr import IP, Net
 from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 from skb.cni.netconf import BOOL, INT, STR, STRINGS, Key, obj
 from skb.cni.result import DNS
@@ -89,4 +89,8 @@ def plan_addresses(result):
                            "ptp routes each address through its gateway, which the host veth carries: give "
                            "the IPAM range a gateway")
         out.append(Addressing(ipc))
+    for r in result.routes:
+        if r.gw and IP.parse(r.gw).family != r.family:
+            raise CNIError(INVALID_CONFIG, f"IPAM result route {r.dst} has gateway {r.gw}, of the other IP version",
+                           "a route's gw must be of the IP version of its dst: fix the route in ipam.routes")
     return out

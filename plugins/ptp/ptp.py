@@ -211,7 +211,7 @@ def _configure_container(args, ns, cnl, cont, addrs, ipam_result, undo):
     for r in ipam_result.routes:
         gw = r.gw or gateways.get(r.family)
         try:
-            cnl.route_add(r.dst, gateway=gw, oif=cont.index, priority=r.priority,
+            cnl.route_add(r.dst, gateway=gw, oif=cont.index, priority=r.priority, mtu=r.mtu, advmss=r.advmss,
                           table=r.table if r.table else 254,
                           scope=r.scope if r.scope is not None else RT_SCOPE_UNIVERSE, exclusive=False)
         except Exists:

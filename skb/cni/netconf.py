@@ -368,9 +368,15 @@ class NetConf(Conf):
     def valid_attachments(self):
         """GC's attachments that are still valid, as {(containerID, ifname)}, or None when the call carries
         no list at all (cnitool's gc): None means "say nothing", never "nothing is valid".
-        ``cni.dev/valid-attachments`` is the spec's key; ``cni.dev/attachments`` the spec-v1.1.0 tag's."""
-        found = self.valid if self.valid is not None else self.attachments
-        return None if found is None else {(a.container_id, a.ifname) for a in found}
+        ``cni.dev/valid-attachments`` is the spec's key, and wins; ``cni.dev/attachments`` the spec-v1.1.0
+        tag's. A key that is there but null is an empty list: libcni writes Go's empty slice as null, for a
+        network none of whose attachments is valid any more."""
+        for key, found in (("cni.dev/valid-attachments", self.valid), ("cni.dev/attachments", self.attachments)):
+            if found is not None:
+                return {(a.container_id, a.ifname) for a in found}
+            if lookup_default(self._raw, key, _MISSING) is None:
+                return set()
+        return None
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r}, cniVersion={self.cni_version!r}, type={self.type!r})"

@@ -1,0 +1,120 @@
+"""ptp and host-local among the other plugins of a chain and what a runtime's libcni really sends: what a
+later plugin changed, what a 1.1.0 route asks for, a GC list written as null (review 15).
+
+Kernel state is read back with `ip -j`; reservations from the files on disk.
+"""
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers import GO_BIN_DIR, cni_env, ip_json, run_plugin
+from tests.integration.ptp_support import Ptp, host_veths, nspath, ptp_conf, reservations, snapshot
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return str(tmp_path / "ipam")
+
+
+@pytest.fixture
+def ours(bin_dir):
+    return Ptp(os.path.join(bin_dir, "ptp"), bin_dir)
+
+
+def _go(name):
+    path = os.path.join(GO_BIN_DIR, name)
+    if not os.path.exists(path):
+        pytest.skip(f"no Go {name} in {GO_BIN_DIR}")
+    return path
+
+
+def test_check_after_tuning_set_the_container_mtu(ours, make_netns, data_dir):
+    """A later plugin of the chain (Go's tuning) sets eth0's MTU: CHECK must tolerate it, as Go's ptp and
+    tuning's own CHECK do. Ours failed every CHECK of such a pod with code 999."""
+    tuning = _go("tuning")
+    ns = make_netns()
+    conf = ptp_conf(data_dir, mtu=1400)
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 0, r
+    tconf = {"cniVersion": "1.0.0", "name": "ptpnet", "type": "tuning", "mtu": 1300, "prevResult": r.json}
+    t = run_plugin(tuning, cni_env("ADD", netns=nspath(ns), path=GO_BIN_DIR), tconf)
+    assert t.rc == 0, t
+    assert ip_json("link", "show", "dev", "eth0", netns=ns)[0]["mtu"] == 1300
+    c = ours.check(conf, nspath(ns), t.json)
+    assert (c.rc, c.stdout) == (0, ""), c
+    # the host end is ptp's alone: its MTU is still compared
+    host = r.json["interfaces"][0]["name"]
+    subprocess.run(["ip", "link", "set", host, "mtu", "1280"], check=True)
+    c = ours.check(conf, nspath(ns), t.json)
+    assert c.rc == 1 and f"host veth {host} MTU 1280" in c.json["msg"], c
+    assert ours.delete(conf, nspath(ns)).rc == 0
+
+
+def test_a_routes_mtu_and_advmss_are_applied(ours, make_netns, data_dir):
+    """At 1.1.0 a route's mtu and advmss are in the result: the kernel's route must carry them too."""
+    ns = make_netns()
+    routes = [{"dst": "192.168.0.0/16", "mtu": 1300, "advmss": 1200, "priority": 7}, {"dst": "0.0.0.0/0"}]
+    conf = ptp_conf(data_dir, version="1.1.0", routes=routes)
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 0, r
+    assert {"dst": "192.168.0.0/16", "mtu": 1300, "advmss": 1200, "priority": 7} in r.json["routes"]
+    got = [x for x in ip_json("route", "show", "192.168.0.0/16", netns=ns)]
+    assert len(got) == 1 and got[0]["metric"] == 7, got
+    assert set(got[0].get("metrics", [{}])[0].items()) >= {("mtu", 1300), ("advmss", 1200)}, got
+    c = ours.check(conf, nspath(ns), r.json)
+    assert (c.rc, c.stdout) == (0, ""), c
+    assert ours.delete(conf, nspath(ns)).rc == 0
+
+
+@pytest.mark.parametrize("dst,gw", [("10.99.0.0/16", "fd00::1"), ("::/0", "10.22.0.1")])
+def test_host_local_refuses_a_route_whose_gateway_is_of_the_other_version(ours, make_netns, data_dir, dst, gw):
+    """Was code 999 "internal error ... this is a bug in skb-cni" with a traceback, from the route's
+    encoding, after the veth was made."""
+    ns = make_netns()
+    conf = ptp_conf(data_dir, routes=[{"dst": dst, "gw": gw}])
+    before = snapshot(data_dir, [ns], "ptpnet")
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 1 and r.json["code"] == 7, r
+    assert r.json["msg"] == f"invalid field ipam.routes[0].gw: {gw} is not of the IP version of dst {dst}", r
+    assert "Traceback" not in r.stderr
+    assert snapshot(data_dir, [ns], "ptpnet") == before
+
+
+def test_ptp_refuses_an_ipam_results_route_of_mixed_versions(bin_dir, make_netns, data_dir):
+    """A foreign IPAM (Go's static) passes such a route on: ptp refuses it, code 7, before making anything."""
+    _go("static")
+    ptp = Ptp(os.path.join(bin_dir, "ptp"), GO_BIN_DIR)
+    ns = make_netns()
+    conf = {"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp",
+            "ipam": {"type": "static", "addresses": [{"address": "10.22.0.5/24", "gateway": "10.22.0.1"}],
+                     "routes": [{"dst": "10.99.0.0/16", "gw": "fd00::1"}]}}
+    before = snapshot(data_dir, [ns], "ptpnet")
+    r = ptp.add(conf, nspath(ns))
+    assert r.rc == 1 and r.json["code"] == 7, r
+    assert r.json["msg"] == "IPAM result route 10.99.0.0/16 has gateway fd00::1, of the other IP version", r
+    assert snapshot(data_dir, [ns], "ptpnet") == before and not host_veths()
+
+
+@pytest.mark.parametrize("keys", [("cni.dev/valid-attachments", "cni.dev/attachments"), ("cni.dev/attachments",)])
+def test_gc_with_a_null_list_releases_every_reservation(ours, make_netns, data_dir, keys):
+    """libcni writes Go's empty slice as null: a network none of whose attachments is valid any more.
+    Ours read null as "no list" and released nothing, so the leaks GC is for stayed."""
+    conf = ptp_conf(data_dir, version="1.1.0")
+    nets = {}
+    for cid in ("a", "b"):
+        nets[cid] = make_netns()
+        assert ours.add(conf, nspath(nets[cid]), containerid=cid).rc == 0
+    for cid, ns in nets.items():   # the pods are gone, as they are when a runtime sends such a GC
+        assert ours.delete(dict(conf, ipam=dict(conf["ipam"], dataDir=data_dir + "-elsewhere")), nspath(ns),
+                           containerid=cid).rc == 0
+    assert len(reservations(data_dir)) == 2
+    g = ours("GC", dict(conf, **{k: None for k in keys}), containerid="", ifname="")
+    assert g.rc == 0, g
+    assert reservations(data_dir) == {}
+    # with neither key (cnitool's gc) nothing is released
+    assert ours.add(conf, nspath(nets["a"]), containerid="a").rc == 0
+    assert ours("GC", conf, containerid="", ifname="").rc == 0
+    assert len(reservations(data_dir)) == 1
