@@ -121,13 +121,15 @@ def trace(bundle, launcher):
     if len(pyvers) != 1:
         die(f"cannot tell the bundled Python version (found {sorted(pyvers) or 'none'})")
     pyver = pyvers.pop()
-    ours, pyinstaller, elves, modules = [], [], [], {}
+    ours, compiled, pyinstaller, elves, modules = [], [], [], [], {}
     for rel in files:
         path = os.path.join(bundle, rel)
         if rel == PROGRAM:
             pyinstaller.append(rel)
         elif rel.startswith(OURS):
             ours.append(rel)
+            if is_elf(path):
+                compiled.append(rel)
         elif is_elf(path):
             elves.append(rel)
         elif rel.startswith("_internal/") and rel.endswith(".pyc"):
@@ -157,8 +159,8 @@ def trace(bundle, launcher):
     with open(launcher, "rb") as f:
         data = f.read()
     libc = "glibc" if b"GLIBC_TUNABLES" in data else "musl"
-    return {"debian": debian, "pyinstaller": sorted(pyinstaller), "ours": ours, "launcher_libc": libc,
-            "pyver": pyver}
+    return {"debian": debian, "pyinstaller": sorted(pyinstaller), "ours": ours, "ours_compiled": compiled,
+            "launcher_libc": libc, "pyver": pyver}
 
 
 def pyinstaller_info(python):
@@ -240,8 +242,11 @@ def render(version, traced, pyinstaller, licence_dir):
     for name, text in py_texts:
         appendix.append((f"PyInstaller {py_version}: {name}", text))
     n += 1
+    compiled = traced.get("ours_compiled", [])
     out += [f"{n}. skb-cni itself: _internal/skb/, _internal/skb_plugins/ ({len(traced['ours'])} files)",
-            "   license: Apache-2.0 (LICENSE)", ""]
+            "   license: Apache-2.0 (LICENSE)"]
+    out += [f"   compiled from its C sources: {', '.join(compiled)}"] if compiled else []
+    out.append("")
 
     referenced = sorted({m for _, text in appendix for m in re.findall(re.escape(COMMON_LICENSES) + r"/([A-Za-z0-9.+-]+[A-Za-z0-9+])", text)
                          if os.path.isfile(os.path.join(licence_dir, m))})

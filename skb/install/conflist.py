@@ -1,5 +1,6 @@
 """The node's network configuration: rendered from a template with the pod CIDRs, checked to be a
 conflist, and written atomically where libcni will load it first (see ``skb.install``)."""
+import errno
 import ipaddress
 import json
 import os
@@ -147,24 +148,41 @@ def network_name_of(path):
     return read_network(path)[0]
 
 
+def read_regular(path):
+    """The bytes of ``path`` (symbolic links followed, as the runtime follows them), or None when it is not a
+    regular file: opened without waiting, so a FIFO put at a config's name never holds the installer (nor
+    its --wait loop, nor the lock it holds on the conf dir). OSError as open() raises it (IsADirectoryError
+    for a directory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_network(path):
     """(the ``name`` of the network configured in ``path``, None) or (None, why it is not one): what the
     doctor would say of it (a directory, a dangling symbolic link, invalid JSON at a line and column)."""
     try:
-        st = os.stat(path)
+        data = read_regular(path)
     except FileNotFoundError:
         return None, "a dangling symbolic link" if os.path.islink(path) else "missing"
+    except IsADirectoryError:
+        return None, "a directory"
     except OSError as e:
         return None, f"unreadable ({e.strerror})"
-    if stat.S_ISDIR(st.st_mode):
-        return None, "a directory"
-    if not stat.S_ISREG(st.st_mode):
+    if data is None:
         return None, "not a regular file"   # a FIFO would block the read, as it blocks the runtime's
     try:
-        with open(path, "rb") as f:
-            conf = json.loads(f.read())
-    except OSError as e:
-        return None, f"unreadable ({e.strerror})"
+        conf = json.loads(data)
     except json.JSONDecodeError as e:
         return None, f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
     except ValueError:
@@ -192,7 +210,16 @@ def conf_files(conf_dir):
     except FileNotFoundError:
         return []
     # libcni filters by extension only (a dotfile is loaded too); our temporary names end in .<pid>.
-    return sorted(n for n in names if n.endswith(CONF_EXTENSIONS) and os.path.isfile(os.path.join(conf_dir, n)))
+    # It passes over directories only, as libcni does (by the entry's own type: a symbolic link to a
+    # directory, a dangling link or a FIFO is a file it tries to load, and fails on).
+    return sorted(n for n in names if n.endswith(CONF_EXTENSIONS) and not _lstat_dir(os.path.join(conf_dir, n)))
+
+
+def _lstat_dir(path):
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return True     # gone meanwhile: nothing the runtime will load
 
 
 def config_conflicts(conf_dir, conf_name, network, data=None):
@@ -232,8 +259,7 @@ def config_conflicts(conf_dir, conf_name, network, data=None):
 
 def _read_bytes(path):
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return read_regular(path)
     except OSError:
         return None
 
@@ -259,13 +285,9 @@ def install_config(conf_dir, conf_name, conf, force=False, log=print):
             raise InstallError("; ".join(problems) + " (--force to write it anyway)")
         for p in problems:
             say(log, f"install: warning: {p} (--force)")
-        try:
-            with open(target, "rb") as f:
-                if f.read() == data:
-                    say(log, f"install: {target} up to date")
-                    return False
-        except OSError:
-            pass
+        if _read_bytes(target) == data:
+            say(log, f"install: {target} up to date")
+            return False
         write_file_atomically(target, data)
         say(log, f"install: {target} (network {conf['name']!r})")
         return True

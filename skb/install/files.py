@@ -147,18 +147,57 @@ def os_error_text(e):
 
 
 def copy_tree_durably(src, dst):
-    """Copy src to dst (a temporary name), each file and dir fsync'd. On failure (a full disk), dst is
-    removed and the error is an InstallError naming the file and the cause."""
+    """Copy the bundle src to dst (a temporary name), each file and dir fsync'd: contents and symbolic
+    links only. Modes are the ones src's MANIFEST lists (dirs 755), whatever umask extracted src; no
+    extended attributes are copied (an image's SELinux label must not follow its files onto the node: they
+    take their directory's). On failure (a full disk), dst is removed and the error is an InstallError
+    naming the file and the cause."""
     try:
-        shutil.copytree(src, dst, symlinks=True)
-        for _, path in tree_files(dst):
+        modes = _manifest_modes(src)
+        _copy_plain(src, dst)
+        for rel, path in tree_files(dst):
             if not os.path.islink(path):
+                if rel in modes:
+                    os.chmod(path, modes[rel])
                 fsync_path(path)
         for dirpath, _, _ in os.walk(dst):
+            os.chmod(dirpath, 0o755)
             fsync_path(dirpath)
     except OSError as e:
         shutil.rmtree(dst, ignore_errors=True)
         raise InstallError(f"cannot copy the bundle {src} to {dst}: {os_error_text(e)}") from None
+
+
+def _copy_plain(src, dst):
+    os.mkdir(dst, 0o700)
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        out = dst if rel == "." else os.path.join(dst, rel)
+        for name in dirnames + filenames:
+            s, d = os.path.join(dirpath, name), os.path.join(out, name)
+            if os.path.islink(s):
+                os.symlink(os.readlink(s), d)
+            elif os.path.isdir(s):
+                os.mkdir(d, 0o700)
+            else:
+                shutil.copyfile(s, d)
+        dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))]
+
+
+def _manifest_modes(bundle_dir):
+    """{relative path: mode} of the regular files bundle_dir's MANIFEST lists ({} when it has none: the
+    copy then fails its verification)."""
+    try:
+        with open(os.path.join(bundle_dir, "MANIFEST")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    modes = {}
+    for line in lines:
+        digest, mode, rel = (line.split(" ", 2) + ["", ""])[:3]
+        if digest != "link" and re.fullmatch(r"[0-7]{1,4}", mode):
+            modes[rel] = int(mode, 8) & 0o777
+    return modes
 
 
 def replace_file(src, dest_dir, name):

@@ -32,7 +32,9 @@ def install_suite(src, dest, log=print, old_bundle_wait=5.0):
             tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.{name.lstrip('.')}")
             copy_tree_durably(os.path.join(src, name), tmp)
             if not verify(tmp):
-                raise InstallError(f"{tmp}: the copy does not match its MANIFEST (is {src} being replaced?)")
+                remove_any(tmp)
+                raise InstallError(f"the copy of {os.path.join(src, name)} does not match its MANIFEST: is {src} "
+                                   "being replaced, or was a file of it changed? Extract the release again")
             crash_point("bundle-copied")
             if os.path.lexists(final):
                 # Incomplete or altered, and maybe what .skb points at: moved aside only now that its

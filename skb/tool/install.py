@@ -8,7 +8,7 @@ import time
 from skb.applets import APPLETS
 from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK, DEFAULT_TEMPLATE,
                                   VAR_RE, conf_bytes, config_conflicts, install_config, parse_pod_cidrs,
-                                  render, template_values, uninstall_config, check_conf_name, check_mtu)
+                                  render, template_values, uninstall_config, check_conf_name, check_mtu, read_regular)
 from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, os_error_text, say
 from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
@@ -147,8 +147,10 @@ def _mtu(opts, log):
     return str(node.DEFAULT_MTU)
 
 
-def _rendered_config(opts, log=None):
-    """The conflist dict this node gets, from the template and the pod CIDR sources."""
+def _rendered_config(opts, log=None, stop=()):
+    """The conflist dict this node gets, from the template and the pod CIDR sources. ``stop``: the signals
+    --wait has caught; one caught while the API is asked again ends the wait (a pod's grace period is
+    shorter than --api-wait)."""
     if opts.template:
         try:
             with open(opts.template, encoding="utf-8") as f:
@@ -169,7 +171,8 @@ def _rendered_config(opts, log=None):
     elif os.environ.get("SKB_POD_CIDR", "").strip():
         cidrs = parse_pod_cidrs(os.environ["SKB_POD_CIDR"], "SKB_POD_CIDR")
     elif opts.pod_cidr_from_api:
-        text = node.node_pod_cidrs(opts.node_name, opts.service_account_dir, wait=opts.api_wait, log=log)
+        text = node.node_pod_cidrs(opts.node_name, opts.service_account_dir, wait=opts.api_wait, log=log,
+                                   sleep=lambda seconds: _nap(seconds, stop))
         cidrs = parse_pod_cidrs(text, f"node {opts.node_name!r}'s spec.podCIDRs")
         say(log, f"install: pod CIDRs of node {opts.node_name}: {' '.join(str(c) for c in cidrs)}")
     extra = {"MTU": _mtu(opts, log)} if "${MTU}" in template else {}
@@ -207,7 +210,7 @@ def cmd_install(opts):
     try:
         if not opts.no_config:
             check_conf_name(opts.conf_name)
-        conf = None if opts.no_config else _rendered_config(opts, log)
+        conf = None if opts.no_config else _rendered_config(opts, log, stop)
         _install_once(opts, source, conf, log)
         if not opts.wait:
             return 0
@@ -219,6 +222,16 @@ def cmd_install(opts):
         return fail("skb install", str(e), opts)
     except OSError as e:
         return fail("skb install", os_error_text(e), opts)
+
+
+def _nap(seconds, stop):
+    """Sleep, waking when a signal was caught (``stop``): InstallError then, nothing installed yet."""
+    deadline = time.monotonic() + seconds
+    while not stop and time.monotonic() < deadline:
+        time.sleep(min(0.2, seconds))
+    if stop:
+        raise InstallError(f"stopped by {signal.Signals(stop[0]).name} while waiting for the Kubernetes API: "
+                           "nothing was installed")
 
 
 def _watch(opts, source, conf, log, stop):
@@ -244,8 +257,7 @@ def _watch(opts, source, conf, log, stop):
 
 def _conf_current(opts, conf):
     try:
-        with open(os.path.join(opts.conf_dir, opts.conf_name), "rb") as f:
-            return f.read() == conf_bytes(conf)
+        return read_regular(os.path.join(opts.conf_dir, opts.conf_name)) == conf_bytes(conf)
     except OSError:
         return False
 
