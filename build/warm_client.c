@@ -527,8 +527,9 @@ static void follow(int sock)
     if (!began)
         return;
     _exit(fail("skb-cni warm server ended during the call", "",
-               "the plugin's child process was killed with it; retry the call, or turn warm start off "
-               "(SKB_WARM=0 or a file .skb-warm-off in the plugin dir) if this repeats"));
+               "the plugin's child process was killed with it, mid-call, and what it did stays, as when an "
+               "exec'd plugin is killed: DEL the attachment before an ADD again (a runtime does); turn warm "
+               "start off (SKB_WARM=0 or a file .skb-warm-off in the plugin dir) if this repeats"));
 }
 
 void warm(const char *bindir, const char *bundle, const char *applet, int argc, char **argv, const char *loader,

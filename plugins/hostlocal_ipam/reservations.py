@@ -180,7 +180,10 @@ class Reservations:
         except OSError as e:
             raise self.fail(f"reserve {ip}", e) from None
         finally:
-            self._unlink(tmp, f"reserve {ip}", self.tmp_fd)
+            try:
+                os.unlink(tmp, dir_fd=self.tmp_fd)
+            except OSError:
+                pass    # only scratch (the next open() clears .skb/tmp): the reservation, once linked, stands
         return True
 
     def _reclaim_if_torn(self, ip):

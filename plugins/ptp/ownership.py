@@ -24,6 +24,14 @@ def host_veth_name(network, container_id, ifname):
     return "veth" + attachment_digest(network, container_id, ifname)[:8]
 
 
+def host_veth_names(network, container_id, ifname, count):
+    """The names ADD tries for the host end, in order: the derived name, then the next 8 hex digits of the
+    same hash, and so on (at most 16). Never random: an ADD killed before it tagged the veth under one of
+    them leaves a pair that DEL, finding it paired with CNI_IFNAME, can still prove the attachment's."""
+    digest = attachment_digest(network, container_id, ifname)
+    return ["veth" + digest[i:i + 8] for i in range(0, min(count, 16) * 8, 8)]
+
+
 def attachment_tag(network, container_id, ifname):
     """The alias ADD gives the host veth: which attachment it belongs to, whatever its name becomes."""
     return TAG_PREFIX + attachment_digest(network, container_id, ifname)[:32]
@@ -33,10 +41,11 @@ class Ownership:
     """Which host veth is this attachment's: ``owns(link, paired)``, where ``paired`` says the kernel
     showed ``link`` to be CNI_IFNAME's peer in CNI_NETNS; ``prev`` is the runtime's cached result (or None)."""
 
-    __slots__ = ("derived", "tag", "cached", "cached_pair")
+    __slots__ = ("derived", "fallbacks", "tag", "cached", "cached_pair")
 
-    def __init__(self, network, args, prev):
-        self.derived = host_veth_name(network, args.container_id, args.ifname)
+    def __init__(self, network, args, prev, tries=10):
+        self.derived, *fallbacks = host_veth_names(network, args.container_id, args.ifname, tries)
+        self.fallbacks = frozenset(fallbacks)
         self.tag = attachment_tag(network, args.container_id, args.ifname)
         self.cached = [i.name for i in prev.interfaces if not i.sandbox and i.name != self.derived] if prev else []
         # For a pair without our alias, the cached result counts only when it records this very pair.
@@ -53,6 +62,8 @@ class Ownership:
             return link.alias == self.tag        # made by our ADD: for this attachment, or for another
         if link.name == self.derived:
             return True                          # the name only this attachment gets (made before aliases)
+        if paired and link.name in self.fallbacks:
+            return True                          # ADD's next name, killed before it set the alias
         # another implementation's pair, as the runtime recorded it and the kernel shows it
         return paired and self.cached_pair and link.name in self.cached
 

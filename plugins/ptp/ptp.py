@@ -21,7 +21,7 @@ from skb.linux.netlink_codec import IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, R
 
 from skb_plugins.ptp.config import PtpConf, plan_addresses
 from skb_plugins.ptp.ownership import (TAG_PREFIX, Ownership, attachment_digest, attachment_tag, host_veth_name,
-                                       verified_peer)
+                                       host_veth_names, verified_peer)
 
 _VETH_TRIES = 10
 # What a ptp call imports only on the paths that need it (ADD's checks and sysctls, CHECK), so that an
@@ -29,10 +29,6 @@ _VETH_TRIES = 10
 # no warm call reads a module file (tests/warm/test_warm.py::test_a_warm_call_reads_no_module_file).
 # Not skb.linux.masq: it costs the server about 100 KB for ipMasq calls, which run iptables anyway.
 LATE_IMPORTS = ("skb.linux.hostclash", "skb.linux.sysctl", "skb_plugins.ptp.check", "skb_plugins.ptp.lock")
-
-
-def _random_veth_name():
-    return "veth" + os.urandom(4).hex()
 
 
 def build_result(conf, ipam_result, host, cont, sandbox):
@@ -144,15 +140,14 @@ def _make_veth(args, conf, ns, hnl, cnl, undo, v6):
     # Local import (here and in the two other ADD steps that set sysctls): only ADD and CHECK touch
     # sysctls, so DEL, STATUS and GC do without loading skb.linux.sysctl.
     from skb.linux import sysctl
-    name = host_veth_name(conf.name, args.container_id, args.ifname)
-    for _ in range(_VETH_TRIES):
+    for name in host_veth_names(conf.name, args.container_id, args.ifname, _VETH_TRIES):
         try:
             hnl.veth_add(name, args.ifname, peer_netns=ns, mtu=conf.mtu or None, up=not v6, peer_label=args.netns)
             break
         except Exists as e:
             if e.subject != name:
                 raise _ifname_exists_error(args) from None
-            name = _random_veth_name()   # our derived name is taken (a hash clash, or a leftover): any name
+            # taken (a hash clash, or a leftover): the next name of the series, which DEL knows too
     else:
         raise CNIError(INTERNAL, f"could not find a free host veth name after {_VETH_TRIES} tries")
     undo.push(f"delete the veth pair {name}/{args.ifname}", _delete_host_link, name)
@@ -263,7 +258,7 @@ def cmd_del(call):
 
 def _delete(call):
     args, conf = call.args, call.conf
-    mine = Ownership(conf.name, args, _prev_result_quietly(conf))
+    mine = Ownership(conf.name, args, _prev_result_quietly(conf), _VETH_TRIES)
     ns = guard.open_target(args)
     if ns is not None:
         with ns:

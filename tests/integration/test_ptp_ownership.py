@@ -110,3 +110,40 @@ def test_a_host_veth_with_the_derived_name_but_another_attachments_alias_is_not_
     assert "vethmoved0" not in links(), "the renamed host end carries our alias: ours"
     assert pair_intact(veth, other), "the clashing pair carries another alias: not ours"
     subprocess.run(["ip", "link", "del", veth], check=True)
+
+
+def _next_name(network, cid, ifname):
+    """The second name ADD tries for the host end: the hash's next 8 hex digits (docs/PTP.md#ownership)."""
+    import hashlib
+    return "veth" + hashlib.sha512(f"{network}\0{cid}\0{ifname}".encode()).hexdigest()[8:16]
+
+
+def test_an_add_killed_before_tagging_a_veth_under_its_next_name_is_undone_by_del(ours, make_netns, data_dir):
+    """Review 15: with the derived name taken, ADD fell back to a random name; killed before it set the alias,
+    it left a pair no DEL could prove the attachment's, and every later ADD failed ("eth0 already exists").
+    The state such a kill leaves is made here by hand: the derived name taken, an untagged pair under the
+    next name, paired with eth0 in the pod. A pair under that name in another pod's netns stays."""
+    from skb_plugins.ptp.ownership import host_veth_name
+    ns, other = make_netns(), make_netns()
+    derived, nxt = host_veth_name("ptpnet", "ctr1", "eth0"), _next_name("ptpnet", "ctr1", "eth0")
+    subprocess.run(["ip", "link", "add", derived, "type", "bridge"], check=True)
+    try:
+        conf = ptp_conf(data_dir)
+        # the next name paired with eth0 in another pod: not this attachment's, whatever its name
+        subprocess.run(["ip", "link", "add", nxt, "type", "veth", "peer", "name", "eth0", "netns", other], check=True)
+        assert ours.delete(conf, nspath(ns)).rc == 0
+        assert pair_intact(nxt, other)
+        subprocess.run(["ip", "link", "del", nxt], check=True)
+        # the killed ADD's leftover, in this pod
+        subprocess.run(["ip", "link", "add", nxt, "type", "veth", "peer", "name", "eth0", "netns", ns], check=True)
+        r = ours.add(conf, nspath(ns))
+        assert r.rc == 1 and "eth0" in r.json["msg"] and "already exists" in r.json["msg"], r
+        assert ours.delete(conf, nspath(ns)).rc == 0
+        assert nxt not in links() and "eth0" not in links(ns)
+        r = ours.add(conf, nspath(ns))
+        assert r.rc == 0 and r.json["interfaces"][0]["name"] == nxt, r
+        assert links()[nxt].get("ifalias", "").startswith("skb-cni ptp ")
+        assert ours.delete(conf, nspath(ns)).rc == 0
+        assert nxt not in links() and "eth0" not in links(ns) and not reservations(data_dir)
+    finally:
+        subprocess.run(["ip", "link", "del", derived], check=False)

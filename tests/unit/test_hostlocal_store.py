@@ -428,3 +428,29 @@ def test_a_failed_index_write_leaves_no_partial_file(tmp_path, monkeypatch):
         assert _index_files(tmp_path) == [name] and (tmp_path / "net" / ".skb" / name).read_bytes() == before
     with Store(str(tmp_path), "net") as s:
         assert s.owned(A) == [ip("10.0.0.2")] and s.owned(B) == []
+
+
+def test_a_scratch_file_that_cannot_be_removed_does_not_undo_a_reservation(tmp_path, monkeypatch):
+    """Review 15: removing the scratch file after link() failed (EIO), so the ADD failed with the address
+    already reserved on disk, and its index (committed anyway) did not know it: DEL never released it."""
+    import errno
+
+    real_unlink = os.unlink
+
+    def unlink(name, *, dir_fd=None):
+        if str(name).startswith("r"):     # the scratch files reserve() writes in .skb/tmp
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_unlink(name, dir_fd=dir_fd)
+
+    with Store(str(tmp_path), "net") as s:
+        monkeypatch.setattr(os, "unlink", unlink)
+        assert s.reserve(ip("10.0.0.2"), A)
+        monkeypatch.setattr(os, "unlink", real_unlink)
+        s.commit()
+    assert (tmp_path / "net" / "10.0.0.2").read_bytes() == b"ctrA\r\neth0"
+    with Store(str(tmp_path), "net") as s:
+        assert s.owned(A) == [ip("10.0.0.2")]
+        s.release(ip("10.0.0.2"), A)
+        s.commit()
+    assert not (tmp_path / "net" / "10.0.0.2").exists()
+    assert os.listdir(tmp_path / "net" / ".skb" / "tmp") == []   # the next open cleared the scratch file
