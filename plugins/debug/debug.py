@@ -75,9 +75,14 @@ def pass_through(conf, note=_note):
 # later DEL); DEL reports a bad one on stderr and does without it
 
 
+# A day: time.sleep refuses what does not fit its clock (1e300 ms was an OverflowError, code 999); no
+# test of a runtime's timeout needs longer.
+MAX_DELAY_MS = 86_400_000
+
+
 def _delay(v, where, _d, _old):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-        raise CNIError(INVALID_CONFIG, f"{where}: expected a non-negative number of milliseconds",
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_DELAY_MS:
+        raise CNIError(INVALID_CONFIG, f"{where}: expected a number of milliseconds from 0 to {MAX_DELAY_MS} (a day)",
                        f"found {jsonio.dumps(v)}")
     return v
 

@@ -199,6 +199,8 @@ def _explain(text, pos):
         problem, pos = e.msg, e.pos
     except (ValueError, RecursionError):
         pass
+    if text.startswith(("//", "/*", "#"), pos):
+        return JSONSyntaxError("a comment (JSON allows none: remove it)", text, pos)
     comma = _trailing_comma(text, pos)
     if comma is not None:
         # "{...,}" is the classic hand-edit mistake: say so rather than what the parser expected.

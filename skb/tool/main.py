@@ -154,9 +154,11 @@ def runtime_conf_from(opts):
     caps = {}
     if cap_raw:
         try:
-            caps = json.loads(cap_raw)
+            caps = libcni.jsonio.loads(cap_raw)
         except ValueError as e:
             raise libcni.LibcniError(f"CAP_ARGS is not JSON: {e}") from None
+        if libcni.too_deep(caps):
+            raise libcni.LibcniError(f"CAP_ARGS nests arrays and objects more than {libcni.MAX_DEPTH} levels deep")
         if not isinstance(caps, dict):
             raise libcni.LibcniError("CAP_ARGS must be a JSON object, e.g. '{\"mac\": \"c2:11:22:33:44:55\"}'")
     args_raw = opts.args if opts.args is not None else os.environ.get("CNI_ARGS", "")
@@ -210,7 +212,14 @@ def _cmd_run(opts):
                         return fail(prog, f"--valid {v!r}: expected CONTAINERID:IFNAME, e.g. ctr1:eth0", opts)
                     valid.append((cid, ifname))
                 if opts.keep_live:
-                    valid += [(a.container_id, a.ifname) for a in cni.cached_attachments()
+                    cached = cni.cached_attachments()
+                    if not cached:
+                        return fail(prog, f"--keep-live: {os.path.join(cni.cache_dir, 'results')} holds no cached "
+                                          "attachment at all, so no runtime's libcni cache is there: the plugins "
+                                          "would be told that nothing is in use, and free every reservation. Give "
+                                          "the runtime's --cache-dir (to free them all, name one attachment that "
+                                          "does not exist: --valid none:none)", opts)
+                    valid += [(a.container_id, a.ifname) for a in cached
                               if a.network == netconf.name and a.netns and os.path.exists(a.netns)]
             errors = cni.gc_list(netconf, valid)
             if errors:

@@ -5,7 +5,8 @@ import sys
 
 
 class Style:
-    """ANSI colour when enabled (a terminal, no NO_COLOR, TERM not dumb, or --color always)."""
+    """ANSI colour when enabled (a terminal, NO_COLOR unset or empty as no-color.org says, TERM not dumb, or
+    --color always)."""
 
     def __init__(self, enabled):
         self.enabled = enabled
@@ -20,7 +21,7 @@ class Style:
             tty = stream.isatty()
         except (AttributeError, ValueError):
             tty = False
-        return cls(tty and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") != "dumb")
+        return cls(tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb")
 
     def _wrap(self, code, text):
         return f"\033[{code}m{text}\033[0m" if self.enabled else text
@@ -41,7 +42,16 @@ class Style:
         return self._wrap("2", text)
 
 
+def visible(text, keep=""):
+    """``text`` with every character a terminal would act on, but those in ``keep``, written as an escape
+    (``\x1b``, ``\n``...): what a plugin, a record or a file put in a message can neither move the cursor
+    nor set the clipboard (OSC 52), nor, in one-line output, start a line of its own."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
 def fail(prog, msg, opts=None):
     style = Style.for_stream(sys.stderr, getattr(opts, "color", "auto"))
-    print(f"{prog}: {style.red('error')}: {msg}", file=sys.stderr)
+    print(f"{prog}: {style.red('error')}: {visible(str(msg), keep=chr(10) + chr(9))}", file=sys.stderr)
     return 1

@@ -257,6 +257,7 @@ def test_inject_stderr(debug):
     ({"add": {}}, 7, "inject.add: not a CNI command"),
     ({"ADD": {"delay": 5}}, 2, "inject.ADD.delay: unsupported field"),
     ({"ADD": {"delayMs": -1}}, 7, "inject.ADD.delayMs"),
+    ({"ADD": {"delayMs": 1e300}}, 7, "inject.ADD.delayMs: expected a number of milliseconds from 0 to"),  # review 15
     ({"ADD": {"error": {"code": "7"}}}, 7, "inject.ADD.error.code"),
     ({"CHECK": {"result": {}}}, 7, "inject.CHECK.result: only ADD has a result"),
     ({"DEL": {"error": 5}}, 7, "inject.DEL.error"),

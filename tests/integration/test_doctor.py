@@ -394,6 +394,12 @@ def test_forwarding_off_and_strict_rp_filter(skb, setup, make_netns):
     sysctl(ns, "net.ipv4.conf.all.rp_filter", 2)
     out = doctor(skb, setup, prefix=in_netns(ns))
     assert not {"forwarding-off", "rp-filter-strict"} & set(codes(out))
+    # an uplink's own strict setting drops the same replies (the kernel takes the larger of all and the
+    # interface): review 15 found the doctor silent with all = 0 and home2's = 1
+    sysctl(ns, "net.ipv4.conf.all.rp_filter", 0)
+    sysctl(ns, "net.ipv4.conf.home2.rp_filter", 1)
+    rp = find(doctor(skb, setup, prefix=in_netns(ns)), "rp-filter-strict")[0]
+    assert rp["severity"] == "warning" and "net.ipv4.conf.home2.rp_filter = 1 (an uplink)" in rp["evidence"], rp
 
 
 @pytest.mark.kernel
@@ -456,16 +462,27 @@ def test_leaked_reservations_and_the_gc_fix(skb, setup):
 def test_leak_fix_without_gc_support_names_the_files(skb, setup):
     store = _store(setup, "pods", "1.0.0", setup.tmp / "ipam")
     f = find(doctor(skb, setup), "leaked-reservation")[0]
-    assert f["fix"].startswith("skb gc pods --keep-live DELs those with a gone netns; GC of the others needs "
-                               "cniVersion 1.1.0") and f"rm {store}/10.66.0.2 {store}/10.66.0.9" in f["fix"]
+    assert f["fix"].startswith(f"skb gc pods --keep-live --conf-dir {setup.conf} --cache-dir {setup.cache} DELs "
+                               "those with a gone netns; GC of the others needs cniVersion 1.1.0"), f["fix"]
+    assert f"rm {store}/10.66.0.2 {store}/10.66.0.9" in f["fix"]
 
 
 @pytest.mark.kernel
 def test_skb_gc_as_the_doctor_says_frees_the_leaks(skb, setup):
+    """The fix is run as printed (plus the bin dir): review 15 found it left out the conf dir and the cache
+    dir the doctor read, and `skb gc --keep-live` with an empty cache then freed the live pods' addresses."""
+    import shlex
     _store(setup, "pods", "1.1.0", setup.tmp / "ipam")
-    assert "leaked-reservation" in codes(doctor(skb, setup))
-    p = subprocess.run([skb, "gc", "pods", "--keep-live", "--conf-dir", str(setup.conf), "--cni-path", setup.bins[0],
-                        "--cache-dir", str(setup.cache)], capture_output=True, text=True)
+    fix = find(doctor(skb, setup), "leaked-reservation")[0]["fix"]
+    command = shlex.split(fix.split(" (", 1)[0])
+    assert command[:4] == ["skb", "gc", "pods", "--keep-live"] and "--cache-dir" in command, fix
+    # the same gc with a cache dir that is not the runtime's (as skb gc's default was here) refuses
+    p = subprocess.run([skb, *command[1:command.index("--cache-dir")], "--cache-dir", str(setup.tmp / "elsewhere"),
+                        "--cni-path", setup.bins[0]], capture_output=True, text=True)
+    assert p.returncode == 1 and "holds no cached attachment at all" in p.stderr and "--cache-dir" in p.stderr, p
+    assert sorted(f for f in os.listdir(setup.tmp / "ipam" / "pods") if f.startswith("10.")) == \
+        ["10.66.0.2", "10.66.0.3", "10.66.0.4", "10.66.0.9"]
+    p = subprocess.run([skb, *command[1:], "--cni-path", setup.bins[0]], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "leaked-reservation" not in codes(doctor(skb, setup))
     left = sorted(f for f in os.listdir(setup.tmp / "ipam" / "pods") if f.startswith("10."))

@@ -97,6 +97,10 @@ def test_colour_only_on_request_or_a_terminal(skb, node):
     no_color = subprocess.run(["script", "-qec", " ".join([skb, "doctor", *flags]), "/dev/null"], capture_output=True,
                               text=True, env={"PATH": os.environ["PATH"], "TERM": "xterm", "NO_COLOR": "1"}, timeout=60)
     assert "\033[3" not in no_color.stdout
+    # no-color.org: only a NO_COLOR that is set and not empty turns colour off (review 15)
+    empty = subprocess.run(["script", "-qec", " ".join([skb, "doctor", *flags]), "/dev/null"], capture_output=True,
+                           text=True, env={"PATH": os.environ["PATH"], "TERM": "xterm", "NO_COLOR": ""}, timeout=60)
+    assert "\033[31m" in empty.stdout
 
 
 def test_help_lists_each_command_once_with_warm(skb):

@@ -43,6 +43,9 @@ def test_arbitrary_text_decodes_or_raises_located_error(text):
     ('{,}', "expecting property name", 1, 2),
     ('[1,,2]', "expecting value", 1, 4),
     ('{"a": "x\\"}', "unterminated string", 1, 7),
+    ('{\n  // the pod network\n  "name": "x"\n}', "a comment (JSON allows none", 2, 3),   # review 15
+    ('{"a": 1, /* why */ "b": 2}', "a comment (JSON allows none", 1, 10),
+    ('[1, # two\n 2]', "a comment (JSON allows none", 1, 5),
 ])
 def test_errors_are_located(text, problem, line, col):
     with pytest.raises(jsonio.JSONSyntaxError) as ei:

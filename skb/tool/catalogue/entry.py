@@ -39,7 +39,7 @@ def compile_shape(shape):
         out.append(r"\s+".join(re.escape(w) for w in shape[at:m.start()].split(" ")))
         name = m.group(1)
         if name == "...":
-            out.append(r".*?")
+            out.append(r".{0,1024}?")     # bounded, as every placeholder is: a search stays linear
         else:
             kind = name.rstrip("0123456789")
             kind = kind if kind in PLACEHOLDERS else kind.rsplit("_", 1)[-1]      # config_version: a version

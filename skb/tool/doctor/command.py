@@ -3,7 +3,7 @@ import os
 import sys
 import json
 
-from skb.tool.style import Style, fail
+from skb.tool.style import Style, fail, visible
 from skb.tool.doctor.findings import Finding, SEVERITIES
 from skb.tool.doctor.runtimes import CONTAINERD_CONFIG, CRIO_CONFIG, CRIO_CONFIG_DIR, views_from
 from skb.tool.doctor.confdir import check_conf_dir, check_shadowing
@@ -113,11 +113,11 @@ def report(findings, views, style, out):
     counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}
     label = {"error": style.red("error  "), "warning": style.yellow("warning"), "note": style.dim("note   ")}
     for f in sorted(findings, key=lambda f: SEVERITIES.index(f.severity)):
-        line = f"{label[f.severity]} {style.bold(f.code)}: {f.what}"
+        line = f"{label[f.severity]} {style.bold(f.code)}: {visible(f.what)}"
         if f.evidence:
-            line += f" {style.dim('| evidence:')} {f.evidence}"
+            line += f" {style.dim('| evidence:')} {visible(f.evidence)}"
         if f.fix:
-            line += f" {style.dim('| fix:')} {f.fix}"
+            line += f" {style.dim('| fix:')} {visible(f.fix)}"
         print(line, file=out)
     where = "; ".join(f"{v.source}: conf dir {v.conf_dir}, bin dirs {':'.join(v.bin_dirs)}" for v in views) or \
         "no conf dir (the runtime's configuration does not parse)"

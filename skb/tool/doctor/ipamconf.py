@@ -169,7 +169,7 @@ def _exhausted(netconf, rs, store, cache_dir, where, findings):
         evidence = (f"{len(leaked)} of them leaked (no runtime will release them): "
                     + "; ".join(f"{ip} (container {cid}: {why})" for ip, cid, _i, _p, why, _a in leaked[:5])
                     + ("; ..." if len(leaked) > 5 else ""))
-        fix = gc_fix(netconf, leaked)
+        fix = gc_fix(netconf, leaked, cache_dir)
     else:
         evidence = "none of them is leaked: every reservation has a live attachment"
         fix = f"give {rs.where} more addresses, or run fewer pods on this node"

@@ -62,12 +62,16 @@ def check_routing(networks, cache_dir, findings):
     for ifname in _host_side_interfaces(routed, cache_dir):
         if _sysctl_at(f"net/ipv4/conf/{ifname}/rp_filter") == "1":
             strict.append(f"net.ipv4.conf.{ifname}.rp_filter = 1 (host side of a pod)")
+    homes = _uplinks()
+    for ifname in homes or ():     # an uplink's own setting filters what arrives on it just the same
+        if _sysctl_at(f"net/ipv4/conf/{ifname}/rp_filter") == "1" and not any(x.startswith("net.ipv4.conf.all.")
+                                                                               for x in strict):
+            strict.append(f"net.ipv4.conf.{ifname}.rp_filter = 1 (an uplink)")
     if strict:
         # ptp's own traffic passes strict filtering (each pod address has its own route through its own veth:
         # README, PTP.md). What it drops arrives on one interface with a reply that would leave by another:
         # a node with more than one uplink, or a pod on more than one routed network (its replies from the
         # second one leave by its default route, through the first one's veth).
-        homes = _uplinks()
         pods = _pods_on_several_networks(routed, cache_dir)
         multi = homes is None or len(homes) > 1 or bool(pods)
         why = []

@@ -1,5 +1,6 @@
 """host-local reservations nothing will release."""
 import os
+import shlex
 import socket
 
 from skb.cni import jsonio
@@ -127,7 +128,7 @@ def check_leaks(networks, cache_dir, findings, reported=()):
         shown = "; ".join(f"{ip} (container {cid}, {ifname or 'no ifname'}: {why})"
                           for ip, cid, ifname, _p, why, _a in leaked[:5])
         more = f"; and {len(leaked) - 5} more" if len(leaked) > 5 else ""
-        fix = gc_fix(netconf, leaked)
+        fix = gc_fix(netconf, leaked, cache_dir)
         results = os.path.join(cache_dir, "results")
         if not (os.path.isdir(results) and os.listdir(results)):
             more += (f"; {results} holds no cached result at all: if the runtime keeps its libcni cache elsewhere, "
@@ -138,16 +139,24 @@ def check_leaks(networks, cache_dir, findings, reported=()):
             f"{shown}{more}; store {store}, cache {os.path.join(cache_dir, 'results')}", fix, store))
 
 
-def gc_fix(netconf, leaked):
+def gc_fix(netconf, leaked, cache_dir=libcni.DEFAULT_CACHE_DIR):
     """How to free ``leaked`` (leaked_reservations' entries): skb gc --keep-live reaches the plugins only
-    at cniVersion 1.1.0 or later; before, it DELs the cached attachments, and the rest is removed by hand."""
+    at cniVersion 1.1.0 or later; before, it DELs the cached attachments, and the rest is removed by hand.
+    The command names the conf dir and the cache dir the doctor read, where they are not skb gc's defaults:
+    run with others, it would find no network, or no live attachment, and so free the live pods' too."""
     gc_can = libcni.speaks_1_1(netconf.cni_version)
     uncached = [p for _ip, _c, _i, p, why, att in leaked if att is None]
-    files = f"rm {' '.join(uncached[:5])}{' ...' if len(uncached) > 5 else ''}"
+    files = f"rm {' '.join(shlex.quote(p) for p in uncached[:5])}{' ...' if len(uncached) > 5 else ''}"
+    gc = f"skb gc {shlex.quote(netconf.name)} --keep-live"
+    conf_dir = os.path.dirname(netconf.source) if netconf.source else ""
+    if conf_dir and os.path.normpath(conf_dir) != os.path.normpath(libcni.DEFAULT_CONF_DIR):
+        gc += f" --conf-dir {shlex.quote(conf_dir)}"
+    if cache_dir and os.path.normpath(cache_dir) != os.path.normpath(libcni.DEFAULT_CACHE_DIR):
+        gc += f" --cache-dir {shlex.quote(cache_dir)}"
     if gc_can:
-        return f"skb gc {netconf.name} --keep-live (DELs the dead attachments, then GC frees the rest)"
+        return f"{gc} (DELs the dead attachments, then GC frees the rest)"
     if len(uncached) < len(leaked):
-        return (f"skb gc {netconf.name} --keep-live DELs those with a gone netns; GC of the others needs "
+        return (f"{gc} DELs those with a gone netns; GC of the others needs "
                 f"cniVersion 1.1.0: remove their files by hand once the containers are confirmed gone: {files}")
     return (f"GC needs cniVersion 1.1.0 (the network has {netconf.cni_version or '0.1.0'}); once the "
             f"containers are confirmed gone: {files}")

@@ -26,6 +26,8 @@ def _toml(path):
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise ValueError("arrays or tables nested too deep") from None
 
 
 def _exists(path):

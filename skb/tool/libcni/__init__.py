@@ -29,7 +29,7 @@ from skb.cni import jsonio  # the doctor reads JSON the way libcni does
 from skb.cni import result as cniresult
 from skb.cni.errors import CNIError
 from skb.tool.libcni.errors import LibcniError, NoConfigsFound, NotFound, describe
-from skb.tool.libcni.gojson import _field, go_marshal, go_quote, go_type
+from skb.tool.libcni.gojson import MAX_DEPTH, _field, go_marshal, go_quote, go_type, too_deep
 from skb.tool.libcni.conf import (CURRENT_VERSION, DEFAULT_CONF_DIR, NetworkConfigList, PluginConfig,
                                   conf_files, conf_from_file, conflist_from_bytes, conflist_from_conf,
                                   conflist_from_file, default_network_files, go_ext, inject_conf, load_any,
@@ -41,7 +41,7 @@ from skb.tool.libcni.runner import (CACHE_KIND, DEFAULT_CACHE_DIR, Attachment, C
 from skb.tool.libcni.cnitool import cnitool_container_id, go_abs, parse_cnitool_args
 
 __all__ = ["jsonio", "cniresult", "CNIError", "LibcniError", "NoConfigsFound", "NotFound", "describe",
-           "_field", "go_marshal", "go_quote", "go_type", "CURRENT_VERSION", "DEFAULT_CONF_DIR",
+           "_field", "go_marshal", "go_quote", "go_type", "MAX_DEPTH", "too_deep", "CURRENT_VERSION", "DEFAULT_CONF_DIR",
            "NetworkConfigList", "PluginConfig", "conf_files", "conf_from_file", "conflist_from_bytes",
            "conflist_from_conf", "conflist_from_file", "default_network_files", "go_ext", "inject_conf",
            "load_any", "load_conf", "load_network", "plugin_conf_from_bytes", "speaks_1_1", "version_ge",

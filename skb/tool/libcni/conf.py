@@ -91,10 +91,7 @@ def _check_plugin_fields(raw):
 
 def plugin_conf_from_bytes(data, source=""):
     """libcni's NetworkPluginConfFromBytes: one plugin object, which must have a ``type``."""
-    try:
-        raw = jsonio.loads(data)
-    except jsonio.JSONSyntaxError as e:
-        raise LibcniError(f"error parsing configuration: {e}") from None
+    raw = _decode(data, "error parsing configuration")
     problem = _check_plugin_fields(raw)
     if problem:
         raise LibcniError(f"error parsing configuration: {problem}")

@@ -8,8 +8,8 @@ from skb.cni.invoke import go_quote, json_kind as _json_kind
 from skb.cni.netconf import fold
 from skb.tool.libcni.errors import LibcniError
 
-__all__ = ["go_marshal", "go_type", "go_quote", "_json_kind", "_decode", "_field", "_map_field", "_spellings",
-           "_struct_field"]
+__all__ = ["MAX_DEPTH", "too_deep", "go_marshal", "go_type", "go_quote", "_json_kind", "_decode", "_field",
+           "_map_field", "_spellings", "_struct_field"]
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -56,11 +56,34 @@ def go_type(v):
 
 
 
+# Arrays and objects nested deeper than this are refused where the skb command decodes JSON (conflists,
+# CAP_ARGS): no configuration comes near it, and everything that walks the value afterwards (Go's number
+# rules, the encoder) stays far inside the interpreter's recursion limit, whatever its stack holds already.
+MAX_DEPTH = 200
+
+
+def too_deep(obj, limit=MAX_DEPTH):
+    """True when arrays and objects nest more than ``limit`` levels in ``obj`` (walked without recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
+
+
 def _decode(data, where):
     try:
-        return jsonio.loads(data)
+        obj = jsonio.loads(data)
     except jsonio.JSONSyntaxError as e:
         raise LibcniError(f"{where}: {e}") from None
+    if too_deep(obj):
+        raise LibcniError(f"{where}: nesting too deep (more than {MAX_DEPTH} levels of arrays and objects)")
+    return obj
 
 
 def _spellings(obj, key):

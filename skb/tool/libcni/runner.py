@@ -53,6 +53,20 @@ class Attachment:
     path: str = field(repr=False)
 
 
+def _record_types_ok(rec):
+    """A cache record Go's libcni could unmarshal: strings where it has strings, cniArgs pairs of strings,
+    capabilityArgs an object (null anywhere is Go's zero value). Any other record is skipped, as libcni
+    skips one it cannot read, and never stops a gc."""
+    for key in ("containerId", "ifName", "networkName", "netns", "config"):
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            return False
+    args = rec.get("cniArgs")
+    if args is not None and not (isinstance(args, list) and all(
+            isinstance(kv, list) and all(isinstance(x, str) for x in kv) for kv in args)):
+        return False
+    return rec.get("capabilityArgs") is None or isinstance(rec["capabilityArgs"], dict)
+
+
 class CNIConfig:
     """libcni's CNIConfig: plugin directories, the cache directory and an executor."""
 
@@ -174,7 +188,7 @@ class CNIConfig:
                 rec = jsonio.loads(_read(os.path.join(d, fname)))
             except (LibcniError, ValueError):
                 continue
-            if not isinstance(rec, dict) or rec.get("kind") != CACHE_KIND:
+            if not isinstance(rec, dict) or rec.get("kind") != CACHE_KIND or not _record_types_ok(rec):
                 continue
             if container_id and rec.get("containerId") != container_id:
                 continue
@@ -184,8 +198,8 @@ class CNIConfig:
                 config = base64.b64decode(rec.get("config") or "")
             except ValueError:
                 config = b""
-            out.append(Attachment(rec.get("containerId", ""), rec["networkName"], rec["ifName"], config,
-                                  rec.get("netns", ""), [tuple(kv) for kv in rec.get("cniArgs") or []],
+            out.append(Attachment(rec.get("containerId") or "", rec["networkName"], rec["ifName"], config,
+                                  rec.get("netns") or "", [tuple((kv + ["", ""])[:2]) for kv in rec.get("cniArgs") or []],
                                   rec.get("capabilityArgs") or {}, os.path.join(d, fname)))
         return out
 
