@@ -17,6 +17,7 @@ once with how often it appeared. Where neither is available it says so and exits
 import os
 import sys
 import json
+import shlex
 import shutil
 import subprocess
 
@@ -59,7 +60,10 @@ class Layer:
         return fill(self.entry.cause, self.values)
 
     def checks(self):
-        return [fill(c, self.values) for c in self.entry.checks]
+        # Commands to copy into a shell: each value the message carried is quoted word by word (a list of
+        # dirs stays several words), so that "$(...)" or ";" in a message is never run by the copy.
+        quoted = Values({k: " ".join(shlex.quote(w) for w in str(v).split()) for k, v in self.values.items()})
+        return [fill(c, quoted) for c in self.entry.checks]
 
     def fix(self):
         return fill(self.entry.fix, self.values)

@@ -185,3 +185,16 @@ def test_a_wrapped_message_uses_the_wrappers_values():
 
 def test_unknown_text():
     assert explain.match("the quick brown fox") == []
+
+
+def test_check_commands_quote_what_the_message_carried():
+    """A message is text from anywhere: review 15's `failed to find plugin "$(touch${IFS}/tmp/x)"` became
+    `command -v $(touch${IFS}/tmp/x)`, which ran when pasted. Values are quoted word by word; a list of
+    dirs stays a list."""
+    import shlex
+    text = 'failed to find plugin "$(touch${IFS}/tmp/x)" in path [/opt/cni/bin /usr/lib/cni]'
+    layer = explain.match(text)[0]
+    checks = layer.checks()
+    assert "command -v '$(touch${IFS}/tmp/x)'; ls /usr/lib/cni /opt/cni/bin" in checks, checks
+    assert "ls -l /opt/cni/bin /usr/lib/cni" in checks, checks
+    assert shlex.split(checks[1].split(";")[0]) == ["command", "-v", "$(touch${IFS}/tmp/x)"]
