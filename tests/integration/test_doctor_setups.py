@@ -277,3 +277,16 @@ def test_probe_does_not_report_accept_redirects(skb, setup, make_netns, forwardi
     assert "probe-needs" not in codes(out)
     assert ("forwarding-off" in codes(out, "error")) == (forwarding == 0)
     assert find(out, "probe")[0]["what"].startswith("probe ADD ok")
+
+
+def test_an_entry_named_like_an_address_that_is_no_file_fills_the_range_too(skb, setup):
+    """host-local takes such an entry as used; the doctor skipped it, and said "no problems found" with
+    --no-status while every ADD failed with code 100 (review 15)."""
+    data = setup.tmp / "ipam"
+    ptp_pods(setup, {"subnet": "10.66.0.0/29"}, data=data)
+    _reserve(setup, data, 4, live=4)
+    os.mkfifo(data / "pods" / "10.66.0.6")
+    out = doctor(skb, setup, "--no-status")
+    f = find(out, "range-exhausted")[0]
+    assert f"10.66.0.6 (container (none): not a reservation file the doctor can read" in f["evidence"], f
+    assert f"rm {data}/pods/10.66.0.6" in f["fix"], f

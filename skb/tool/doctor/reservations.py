@@ -23,7 +23,9 @@ def _is_ip(name):
 
 
 def reservations(store):
-    """(ip, containerID, ifname or None, path) for each reservation file of a host-local store."""
+    """(ip, containerID, ifname or None, path) for each reservation file of a host-local store. An entry
+    named like an address that cannot be read as one (a FIFO, a link to a device) has containerID None:
+    host-local takes its address as used, by nobody it knows."""
     try:
         names = sorted(os.listdir(store))
     except OSError:
@@ -36,6 +38,8 @@ def reservations(store):
         try:
             content = read_regular(path, 4096).decode("utf-8", "replace")   # bytes: keep the "\r\n"
         except BadFile:
+            if os.path.lexists(path):
+                out.append((name, None, None, path))
             continue
         cid, sep, ifname = content.partition("\r\n")
         out.append((name, cid.strip(), ifname.strip() if sep else None, path))
@@ -91,6 +95,10 @@ def leaked_reservations(network, store, cache_dir):
             cached.setdefault((att.container_id, None), att)   # legacy reservations carry no ifname
     out = []
     for ip, cid, ifname, path in reservations(store):
+        if cid is None:
+            out.append((ip, "(none)", None, path, "not a reservation file the doctor can read (not a regular "
+                        "file, or unreadable), which host-local takes as used and no DEL or GC ever releases", None))
+            continue
         att = cached.get((cid, ifname))
         if att is None:
             out.append((ip, cid, ifname, path, "no cached result", None))
