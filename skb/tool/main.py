@@ -11,6 +11,7 @@ Subcommands:
 - ``install|uninstall``: ``skb.tool.install`` over ``skb.install``.
 """
 import os
+import signal
 import sys
 import argparse
 import json
@@ -184,6 +185,9 @@ def _cmd_run(opts):
     prog = f"skb {verb}"
     style = Style.for_stream(sys.stderr, opts.color)
     cni = None
+    if opts.timeout:
+        # A plugin with a timeout runs in a group of its own (rawexec): a stop of ours ends that group too.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         cni, conf_dir = runner_from(opts)
         if verb in ("add", "check", "del") and not opts.netns:

@@ -3,6 +3,7 @@ interpreter, cache records of the wrong types. Every case ends in a one-line err
 internal error, and never after it changed the node."""
 import base64
 import json
+import os
 import subprocess
 
 import pytest
@@ -88,3 +89,31 @@ def test_a_plugins_message_cannot_drive_the_terminal(skb, node, tmp_path, bin_di
     setup.write("10-dbg.conflist", (node.conf / "10-dbg.conflist").read_text())
     text = subprocess.run([skb, "doctor", *setup.args()], capture_output=True, text=True, timeout=120)
     assert "boom\\x1b]52" in text.stdout and "\x1b]52" not in text.stdout and "\r" not in text.stdout, text.stdout
+
+
+def _processes(word):
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if word in f.read().split(b"\0"):
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("then", ["exit 0", "sleep 777"])
+def test_a_timeout_ends_the_plugins_children_too(skb, node, tmp_path, then):
+    """A plugin whose child keeps stdout open (or that hangs with its child): --timeout killed the plugin
+    alone, and the child outlived skb (the doctor's VERSION and STATUS calls run so too)."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    fake = plugins / "hangs"
+    fake.write_text(f"#!/bin/sh\nsleep 4321 &\n{then}\n")
+    fake.chmod(0o755)
+    node.write("10-h.conflist", {"cniVersion": "1.0.0", "name": "h", "plugins": [{"type": "hangs"}]})
+    flags = ["--conf-dir", str(node.conf), "--cni-path", str(plugins), "--cache-dir", str(node.cache)]
+    p = run(skb, "add", "h", "/run/netns/none", *flags, "--timeout", "1")
+    assert p.returncode == 1 and "signal: killed (no answer within 1 s)" in p.stderr, p.stderr
+    assert _processes(b"4321") == [], "the plugin's child outlived skb add"

@@ -1,6 +1,8 @@
 """Finding and running plugin executables as libcni's RawExec does, over ``skb.cni.invoke`` (the lookup,
 the environment and the decoding of a failure are the same code IPAM delegation runs)."""
 import errno
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -45,15 +47,39 @@ def spawn(path, argv, env, stdin, timeout=None):
         return proc.run(path, argv, env, stdin)
     for attempt in range(6):
         try:
-            p = subprocess.run(argv, executable=path, input=stdin, env=env, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            raise Timeout(e.stdout or b"", e.stderr or b"") from None
+            # A group of its own, so that a timeout (or our own end) takes the plugin's children with it:
+            # a hook or a delegate that hangs, a child that keeps its stdout open.
+            p = subprocess.Popen(argv, executable=path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env, process_group=0)
         except OSError as e:
             if e.errno == errno.ETXTBSY and attempt < 5:
                 time.sleep(1)
                 continue
             raise
-        return p.returncode, p.stdout, p.stderr
+        try:
+            out, err = p.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(p)
+            try:
+                out, err = p.communicate(timeout=2)
+            except subprocess.TimeoutExpired:   # a process outside the group holds the pipes: leave them
+                out = err = b""
+                for f in (p.stdout, p.stderr):
+                    f.close()
+                p.wait()
+            raise Timeout(out or b"", err or b"") from None
+        except BaseException:                   # ^C, SIGTERM: the plugin's group ends with us
+            _kill_group(p)
+            raise
+        return p.returncode, out, err
+
+
+def _kill_group(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    p.wait()
 
 
 class RawExec:
