@@ -163,6 +163,7 @@ def stage(args):
     notice.write_notice(work, args.launcher, args.pyinstaller, os.path.join(work, "NOTICE"), version)
     for name in ("LICENSE", "NOTICE"):
         os.chmod(os.path.join(work, name), 0o644)
+    normalize_modes(work)
     lines = manifest_lines(work)
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
     with open(os.path.join(work, "MANIFEST"), "w") as f:
@@ -186,6 +187,18 @@ def stage(args):
         shutil.rmtree(old)
     print(f"stage: {final_out}: {name} ({size / 1e6:.1f} MB), launchers: {' '.join(applets)} "
           f"({os.path.getsize(args.launcher)} bytes each)")
+
+
+def normalize_modes(top):
+    """Dirs 755, files 755 when any execute bit is set and 644 otherwise: what PyInstaller and the copies
+    above wrote carries the build's umask, which must change neither the MANIFEST, nor the bundle's name,
+    nor the release's bytes."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o755 if os.stat(path).st_mode & 0o111 else 0o644)
 
 
 def named_launcher(path, bundle_name):

@@ -231,6 +231,14 @@ class RouteConf(cfg.Conf):
             value = getattr(self, key)
             if value is not None and not 0 <= value <= top:
                 raise CNIError(INVALID_CONFIG, f"invalid field {where}.{key}: {value} is out of range (0 to {top})")
+        # A route's mtu and advmss are applied (ptp, 1.1.0): the kernel clamps what is too large and a pod
+        # cannot use a route below its IP version's minimum MTU. 0 is unset.
+        low = 1280 if Net.parse(self.dst).family == 6 else 68
+        if self.mtu and not low <= self.mtu <= 65535:
+            raise CNIError(INVALID_CONFIG, f"invalid field {where}.mtu: {self.mtu} is out of range ({low} to 65535 "
+                                           f"for IPv{Net.parse(self.dst).family}, or 0 for the link's)")
+        if self.advmss and not self.advmss <= 65535:
+            raise CNIError(INVALID_CONFIG, f"invalid field {where}.advmss: {self.advmss} is out of range (0 to 65535)")
 
 
 class IPAMConf(cfg.Conf):

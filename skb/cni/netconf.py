@@ -368,14 +368,16 @@ class NetConf(Conf):
     def valid_attachments(self):
         """GC's attachments that are still valid, as {(containerID, ifname)}, or None when the call carries
         no list at all (cnitool's gc): None means "say nothing", never "nothing is valid".
-        ``cni.dev/valid-attachments`` is the spec's key, and wins; ``cni.dev/attachments`` the spec-v1.1.0
-        tag's. A key that is there but null is an empty list: libcni writes Go's empty slice as null, for a
-        network none of whose attachments is valid any more."""
-        for key, found in (("cni.dev/valid-attachments", self.valid), ("cni.dev/attachments", self.attachments)):
-            if found is not None:
-                return {(a.container_id, a.ifname) for a in found}
-            if lookup_default(self._raw, key, _MISSING) is None:
-                return set()
+        ``cni.dev/valid-attachments`` is the spec's key, ``cni.dev/attachments`` the spec-v1.1.0 tag's (libcni
+        sends both, equal); what either lists is valid: a GC never frees what its own request names. A key
+        that is there but null is an empty list: libcni writes Go's empty slice as null, for a network none
+        of whose attachments is valid any more."""
+        lists = [found for found in (self.valid, self.attachments) if found is not None]
+        if lists:
+            return {(a.container_id, a.ifname) for found in lists for a in found}
+        if any(lookup_default(self._raw, key, _MISSING) is None
+               for key in ("cni.dev/valid-attachments", "cni.dev/attachments")):
+            return set()
         return None
 
     def __repr__(self):

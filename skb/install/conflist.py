@@ -148,21 +148,30 @@ def network_name_of(path):
     return read_network(path)[0]
 
 
+# No network configuration comes near this; a log file that sorts first might (read whole, it could take
+# the installer's container past its memory limit, at every --wait round).
+CONF_READ_LIMIT = 4 << 20
+
+
 def read_regular(path):
     """The bytes of ``path`` (symbolic links followed, as the runtime follows them), or None when it is not a
     regular file: opened without waiting, so a FIFO put at a config's name never holds the installer (nor
     its --wait loop, nor the lock it holds on the conf dir). OSError as open() raises it (IsADirectoryError
-    for a directory)."""
+    for a directory), and EFBIG for a file over CONF_READ_LIMIT."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(st.st_mode):
             return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
+        chunks, size = [], 0
+        while size <= CONF_READ_LIMIT and (chunk := os.read(fd, 1 << 16)):
             chunks.append(chunk)
+            size += len(chunk)
+        if size > CONF_READ_LIMIT:
+            raise OSError(errno.EFBIG, f"larger than {CONF_READ_LIMIT >> 20} MiB, which no network configuration is",
+                          path)
         return b"".join(chunks)
     finally:
         os.close(fd)

@@ -79,7 +79,19 @@ def verify(bundle_dir):
             want = f.read().splitlines()
     except OSError:
         return False
-    return want == manifest_lines(bundle_dir)
+    return _safe_modes(want) == manifest_lines(bundle_dir)
+
+
+def _safe_modes(lines):
+    """MANIFEST lines with each mode as an install sets it (``copy_tree_durably``: at most 755): what an
+    installed bundle must hold exactly (a file made writable by others since is altered, and repaired)."""
+    out = []
+    for line in lines:
+        digest, mode, rel = (line.split(" ", 2) + ["", ""])[:3]
+        if digest != "link" and re.fullmatch(r"[0-7]{1,4}", mode):
+            line = f"{digest} {int(mode, 8) & 0o755:o} {rel}"
+        out.append(line)
+    return out
 
 
 def staged_bundle(src):
@@ -196,7 +208,7 @@ def _manifest_modes(bundle_dir):
     for line in lines:
         digest, mode, rel = (line.split(" ", 2) + ["", ""])[:3]
         if digest != "link" and re.fullmatch(r"[0-7]{1,4}", mode):
-            modes[rel] = int(mode, 8) & 0o777
+            modes[rel] = int(mode, 8) & 0o755     # never writable by others, never set-id
     return modes
 
 

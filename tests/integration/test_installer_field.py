@@ -128,3 +128,44 @@ def test_sigterm_while_the_api_is_asked_again_ends_the_wait(skb, node, api):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_huge_file_sorting_first_is_named_without_being_read_whole(skb, node):
+    """A 1.5 GB file before ours cost 8.9 s and 3.1 GB of memory at every --wait round (review 15)."""
+    os.makedirs(node.conf)
+    huge = os.path.join(node.conf, "00-huge.conf")
+    with open(huge, "wb") as f:
+        f.truncate(1 << 30)      # sparse: nothing written to disk
+    r = install(skb, node, node.v1)
+    assert r.returncode == 1 and f"{huge} is unreadable (larger than 4 MiB, which no network configuration is)" \
+        in r.stderr, r.stderr
+
+
+def test_a_source_listing_world_writable_modes_installs_at_most_755(skb, node, tmp_path):
+    """A suite whose MANIFEST says 777 (or a build under umask 0) installed files anyone could rewrite."""
+    ext = str(tmp_path / "ext")
+    subprocess.run(["cp", "-a", node.v1, ext], check=True)
+    bundle = os.path.join(ext, os.readlink(os.path.join(ext, ".skb")))
+    manifest = os.path.join(bundle, "MANIFEST")
+    lines = []
+    with open(manifest) as f:
+        for line in f.read().splitlines():
+            digest, mode, rel = line.split(" ", 2)
+            if digest != "link":
+                os.chmod(os.path.join(bundle, rel), 0o777)
+                mode = "777"
+            lines.append(f"{digest} {mode} {rel}")
+    with open(manifest, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    r = install(skb, node, ext)
+    assert r.returncode == 0, r.stderr
+    installed = os.path.join(node.bin, os.path.basename(bundle))
+    for dirpath, _, files in os.walk(installed):
+        for name in files:
+            mode = stat.S_IMODE(os.lstat(os.path.join(dirpath, name)).st_mode)
+            assert mode & 0o022 == 0, (name, oct(mode))
+    # and a file of the install made writable by others since is altered: a rerun repairs it
+    victim = os.path.join(installed, lines[0].split(" ", 2)[2])
+    os.chmod(victim, 0o777)
+    assert install(skb, node, ext).returncode == 0
+    assert stat.S_IMODE(os.stat(victim).st_mode) == 0o755

@@ -118,3 +118,20 @@ def test_gc_with_a_null_list_releases_every_reservation(ours, make_netns, data_d
     assert ours.add(conf, nspath(nets["a"]), containerid="a").rc == 0
     assert ours("GC", conf, containerid="", ifname="").rc == 0
     assert len(reservations(data_dir)) == 1
+
+
+@pytest.mark.parametrize("route, words", [
+    ({"dst": "10.50.0.0/16", "mtu": 67}, "ipam.routes[0].mtu: 67 is out of range (68 to 65535 for IPv4"),
+    ({"dst": "10.50.0.0/16", "mtu": 4294967295}, "ipam.routes[0].mtu: 4294967295 is out of range"),
+    ({"dst": "fd50::/64", "mtu": 1000}, "ipam.routes[0].mtu: 1000 is out of range (1280 to 65535 for IPv6"),
+    ({"dst": "10.50.0.0/16", "advmss": 4294967295}, "ipam.routes[0].advmss: 4294967295 is out of range"),
+])
+def test_a_route_mtu_the_kernel_would_clamp_or_no_pod_could_use_is_refused(ours, make_netns, data_dir, route, words):
+    """Review 15 (after mtu and advmss came to be applied): 4294967295 became 65520 in the kernel while the
+    result said otherwise, and 1 made the destination unusable; both were accepted."""
+    ns = make_netns()
+    conf = ptp_conf(data_dir, version="1.1.0", v6="fd22::/64", routes=[route])
+    before = snapshot(data_dir, [ns], "ptpnet")
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 1 and r.json["code"] == 7 and words in r.json["msg"], r
+    assert snapshot(data_dir, [ns], "ptpnet") == before

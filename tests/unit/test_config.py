@@ -89,8 +89,12 @@ def test_command_version_gates(command, version, ok):
 def test_valid_attachments_for_gc():
     def va(raw):
         return config.load(dict(raw, name="n", cniVersion="1.1.0"), command="GC").valid_attachments()
+    # what either key lists is valid: a GC never frees what its own request names (libcni sends both, equal)
     assert va({"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}],
-               "cni.dev/attachments": [{"containerID": "old", "ifname": "eth0"}]}) == {("a", "eth0")}
+               "cni.dev/attachments": [{"containerID": "old", "ifname": "eth0"}]}) == {("a", "eth0"), ("old", "eth0")}
+    assert va({"cni.dev/valid-attachments": None}) == set()     # null: libcni's empty list (review 15)
+    assert va({"cni.dev/valid-attachments": None, "cni.dev/attachments": [{"containerID": "a", "ifname": "e"}]}) \
+        == {("a", "e")}
     assert va({"cni.dev/attachments": [{"containerID": "b", "ifname": "net1"}]}) == {("b", "net1")}
     assert va({"CNI.dev/Valid-Attachments": [{"ContainerID": "c", "IFNAME": "e"}]}) == {("c", "e")}   # as Go reads keys
     assert va({"cni.dev/valid-attachments": []}) == set()      # an empty list: nothing is valid

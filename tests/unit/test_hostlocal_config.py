@@ -241,10 +241,11 @@ def test_missing_ipam_is_an_exact_object():
 
 
 def test_route_fields_at_their_largest_values():
-    c = parse({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "scope": 255, "mtu": 4294967295,
-                                                    "advmss": 4294967295, "priority": 4294967295, "table": 4294967295}]})
+    # mtu and advmss are applied by ptp since review 15: at most 65535, which the kernel takes as it is
+    c = parse({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "scope": 255, "mtu": 65535,
+                                                    "advmss": 65535, "priority": 4294967295, "table": 4294967295}]})
     r = c.ipam.routes[0]
-    assert (r.scope, r.mtu, r.advmss, r.priority, r.table) == (255, 4294967295, 4294967295, 4294967295, 4294967295)
+    assert (r.scope, r.mtu, r.advmss, r.priority, r.table) == (255, 65535, 65535, 4294967295, 4294967295)
 
 
 def test_the_first_and_last_address_of_each_range_find_their_set():
