@@ -4,7 +4,7 @@ A record is untrusted input. A replayed DEL (its netns empty or gone) runs as a 
 live attachment with the recorded container ID keeps its veth, routes, reservation and rules; a GC is
 refused (it would release what was added since); a CHECK whose netns exists is refused like an ADD or DEL;
 the debug plugin's hooks (root commands) are refused, in any key spelling, and CNI_NETNS_OVERRIDE is never
-taken from a record. Record files named in any spelling go aside.
+taken from a record. Record files named in any spelling, and those of the doctor's own calls, go aside.
 What is printed is escaped; a closed pipe and a huge COLUMNS end quietly; log and replay number alike.
 Every check reads the node back: files on disk, ``ip -j``, iptables/nft."""
 import json
@@ -190,6 +190,36 @@ def test_record_files_in_any_spelling_are_diverted(skb, bin_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
+# 5. the doctor's own calls record themselves nowhere
+
+def _doctor_setup(tmp_path, bin_dir):
+    conf_dir = tmp_path / "net.d"
+    conf_dir.mkdir()
+    files = [tmp_path / "cap.jsonl", tmp_path / "out.txt", tmp_path / "dbg.jsonl"]
+    (conf_dir / "10-pods.conflist").write_text(json.dumps({"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "debug", "captureFile": str(files[0]), "CniOutput": str(files[1]), "skbDebugLog": str(files[2])}]}))
+    args = ["doctor", "--json", "--conf-dir", str(conf_dir), "--bin-dir", bin_dir, "--containerd-config=",
+            "--crio-config=", "--crio-config-dir=", "--cache-dir", str(tmp_path / "cache")]
+    return args, files
+
+
+def test_doctor_status_appends_to_no_call_log(skb, bin_dir, tmp_path):
+    args, files = _doctor_setup(tmp_path, bin_dir)
+    env_log = tmp_path / "env.jsonl"
+    p = run(skb, *args, env={"SKB_DEBUG_LOG": str(env_log)})      # VERSION and STATUS of the debug plugin
+    assert json.loads(p.stdout)["checked"], p.stdout
+    assert not any(f.exists() for f in files + [env_log]), [f for f in files + [env_log] if f.exists()]
+
+
+@pytest.mark.kernel
+def test_doctor_probe_appends_to_no_call_log(skb, bin_dir, tmp_path):
+    args, files = _doctor_setup(tmp_path, bin_dir)
+    p = run(skb, *args, "--probe", timeout=300)
+    assert "probe-skipped" not in p.stdout, p.stdout
+    assert not any(f.exists() for f in files), [f for f in files if f.exists()]
+
+
+# ---------------------------------------------------------------------------------------------------
 # 6-8. what replay prints: escaped, a width clamped, a closed pipe, numbering as skb log's
 
 def _fake_plugin(tmp_path):
@@ -239,3 +269,49 @@ def test_log_and_replay_number_records_alike_past_a_long_line(skb, tmp_path):
     out = json.loads(run(skb, "replay", str(log), "-n", "2", "--json", "--plugin", "/bin/true").stdout)
     assert out["record"] == 2 and out["recorded"]["stdout"] == "number 3"
 
+
+def _spy(tmp_path):
+    """A plugin that notes each call in a file of its own (no record key: the doctor leaves it alone)."""
+    bin_dir, seen = tmp_path / "bin", tmp_path / "seen.txt"
+    bin_dir.mkdir()
+    spy = bin_dir / "spy"
+    spy.write_text(f"#!/bin/sh\ncat >/dev/null\necho \"$CNI_COMMAND $CNI_CONTAINERID $CNI_ARGS\" >> {seen}\n"
+                   "case \"$CNI_COMMAND\" in\n"
+                   "VERSION) echo '{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"1.0.0\",\"1.1.0\"]}';;\n"
+                   "ADD) echo '{\"code\":11,\"msg\":\"no IPs left\"}'; exit 1;;\nesac\nexit 0\n")
+    spy.chmod(0o755)
+    return str(bin_dir), seen
+
+
+def _doctor_args(tmp_path, bin_dir, version):
+    conf_dir = tmp_path / "net.d"
+    conf_dir.mkdir(exist_ok=True)
+    (conf_dir / "10-pods.conflist").write_text(json.dumps({"cniVersion": version, "name": "pods",
+                                                           "plugins": [{"type": "spy"}]}))
+    return ["doctor", "--json", "--conf-dir", str(conf_dir), "--bin-dir", bin_dir, "--containerd-config=",
+            "--crio-config=", "--crio-config-dir=", "--cache-dir", str(tmp_path / "cache")]
+
+
+def test_doctor_sends_status_only_from_1_1_0(skb, tmp_path):
+    """(What test_doctor's test_status_ok_and_not_sent_before_1_1_0 saw in a captureFile, which the
+    doctor's calls no longer write.)"""
+    bin_dir, seen = _spy(tmp_path)
+    p = run(skb, *_doctor_args(tmp_path, bin_dir, "1.1.0"))
+    assert json.loads(p.stdout)["problems"] == [], p.stdout
+    assert [line.split()[0] for line in seen.read_text().splitlines()] == ["VERSION", "STATUS"]
+    seen.unlink()
+    run(skb, *_doctor_args(tmp_path, bin_dir, "1.0.0"))
+    assert [line.split()[0] for line in seen.read_text().splitlines()] == ["VERSION"]
+
+
+@pytest.mark.kernel
+def test_doctor_probe_adds_with_cri_args_and_dels_after_a_failed_add(skb, tmp_path):
+    """(What test_doctor's test_probe_add_failure_and_cri_args saw in a captureFile.)"""
+    bin_dir, seen = _spy(tmp_path)
+    p = run(skb, *_doctor_args(tmp_path, bin_dir, "1.0.0"), "--probe", timeout=300)
+    f = next(f for f in json.loads(p.stdout)["problems"] if f["code"] == "probe-failed")
+    assert f["what"].startswith("ADD of the pod network fails") and "no IPs left" in f["evidence"]
+    calls = [line.split() for line in seen.read_text().splitlines() if not line.startswith("VERSION")]
+    assert [c[0] for c in calls] == ["ADD", "DEL"]
+    args = dict(kv.split("=") for kv in calls[0][2].split(";"))
+    assert args["IgnoreUnknown"] == "1" and args["K8S_POD_INFRA_CONTAINER_ID"] == calls[0][1]
