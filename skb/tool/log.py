@@ -19,13 +19,79 @@ from skb.tool import argtypes
 from skb.tool.style import Style, fail
 from skb.linux.files import kind_name
 from skb.tool.doctor.files import BadFile, open_regular
-from skb.tool.doctor.command import safe_stdout
-from skb.tool.replay import parse_text_records
 
 LINE_LIMIT = 16 << 20          # one record (a config with a large prevResult is far smaller)
 TEXT_LIMIT = 64 << 20          # the reference text format is parsed whole
 CHUNK = 1 << 20
 POLL = 0.2                     # seconds between looks at a followed file
+_TEXT_COMMANDS = {"CmdAdd": "ADD", "CmdDel": "DEL", "CmdCheck": "CHECK", "CmdStatus": "STATUS", "CmdGC": "GC"}
+_TEXT_FIELDS = {"ContainerID": "CNI_CONTAINERID", "Netns": "CNI_NETNS", "IfName": "CNI_IFNAME",
+                "Args": "CNI_ARGS", "Path": "CNI_PATH"}
+_SEPARATOR = "----------------------"
+
+
+def parse_text_records(text):
+    """The reference debug plugin's cniOutput: blocks of ``CmdAdd``, ``Key: value`` lines, the stdin
+    (to the separator line), ``----------------------``."""
+    records = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        head = lines[i].strip()
+        if head not in _TEXT_COMMANDS:
+            i += 1
+            continue
+        command = _TEXT_COMMANDS[head]
+        env = {"CNI_COMMAND": command}
+        i += 1
+        stdin = None
+        while i < len(lines):
+            line = lines[i]
+            key, sep, value = line.partition(": ")
+            if not sep and line.endswith(":"):
+                key, value, sep = line[:-1], "", ":"
+            if key == "StdinData":
+                body = [value]
+                i += 1
+                while i < len(lines) and lines[i] != _SEPARATOR:
+                    body.append(lines[i])
+                    i += 1
+                stdin = "\n".join(body)
+                break
+            if key in _TEXT_FIELDS:
+                env[_TEXT_FIELDS[key]] = value
+            i += 1
+        i += 1
+        records.append({"command": command, "env": env, "stdin": stdin.rstrip("\n") if stdin else "",
+                        "plugin": "", "format": "cniOutput"})
+    return records
+
+
+
+
+def visible(text, keep="\n\t"):
+    """``text`` with every character a terminal would act on (escape sequences, carriage returns, C1 and
+    bidirectional controls) written as an escape (``\\x1b``), but those in ``keep``: a record is untrusted
+    input and never reaches the terminal raw."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
+def stdout_closed():
+    """After BrokenPipeError (``skb log | head -1``): stdout points at /dev/null, so that nothing more is
+    written to the closed pipe (not even at exit). Returns the exit status for it, a shell's for SIGPIPE."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 141
+
+
 
 EPILOG = """\
 Reads the JSON lines written by a plugin's skbDebugLog / SKB_DEBUG_LOG and by the debug plugin's
@@ -57,7 +123,14 @@ def _s(v):
 
 
 def _one_line(v):
-    return " ".join(_s(v).split())
+    """A field on one line, every control character shown as an escape: never a terminal's command."""
+    return visible(" ".join(_s(v).split()))
+
+
+def _block(v):
+    """A multi-line field: escaped as ``_one_line``'s but tabs and newlines, its later lines indented
+    (never at the start of a line, where a record's number is)."""
+    return visible(_s(v).strip()).replace("\n", "\n      ")
 
 
 def trace_of(rec):
@@ -72,7 +145,7 @@ def format_record(n, rec, style, verbose=False):
     code = rec.get("exitCode")
     recorded = "exitCode" in rec
     ok = code == 0 or not recorded        # cniOutput text records no outcome
-    status = style.red(f"FAILED (exit {_s(code)})") if not ok else \
+    status = style.red(f"FAILED (exit {_one_line(code)})") if not ok else \
         style.green("ok") if recorded else "(outcome not recorded)"
     command = _s(rec.get("command")) or _s(env.get("CNI_COMMAND")) or "?"
     parent, state = trace_of(rec)
@@ -88,16 +161,17 @@ def format_record(n, rec, style, verbose=False):
     if not ok or verbose:
         for key in ("stdin", "stdout", "stderr"):
             if rec.get(key):
-                out.append(f"    {key}: {_s(rec[key]).strip()}")
+                out.append(f"    {key}: {_block(rec[key])}")
         if verbose and state:
-            out.append(f"    tracestate: {state}")
+            out.append(f"    tracestate: {_one_line(state)}")
     return out
 
 
 def record_lines(n, rec, style, opts):
     """The lines printed for record ``n``: one JSON line with --json, else format_record's."""
     if getattr(opts, "json", False):
-        return [json.dumps({"number": n, "record": rec}, ensure_ascii=False, separators=(",", ":"))]
+        # (ASCII: a C1 or bidirectional control in a record reaches the terminal escaped, as \u009b)
+        return [json.dumps({"number": n, "record": rec}, separators=(",", ":"))]
     return format_record(n, rec, style, opts.verbose)
 
 
@@ -141,8 +215,10 @@ class Reader:
             for part in parts:
                 if self.skipping:
                     self.skipping = False
-                    continue
-                out.append(part)
+                elif len(part) > LINE_LIMIT:     # (whole in one chunk: skipped all the same)
+                    out.append(f"a line longer than {LINE_LIMIT} bytes, skipped")
+                else:
+                    out.append(part)
             if len(self.buf) > LINE_LIMIT:
                 out.append(f"a line longer than {LINE_LIMIT} bytes, skipped")
                 self.buf = b""
@@ -202,8 +278,19 @@ def _warn(msg):
     print(f"skb log: {msg}", file=sys.stderr)
 
 
+def read_all(path, warn, limit=None):
+    """(number, record) of every record in the file at ``path``, numbered as listed (``skb replay`` reads
+    them so too). Raises BadFile, also for a file larger than ``limit`` bytes."""
+    reader = _open(path)
+    try:
+        if limit is not None and os.fstat(reader.fd).st_size > limit:
+            raise BadFile(path, f"is larger than {limit} bytes: not a file this reads")
+        return records(path, reader, warn)
+    finally:
+        reader.close()
+
+
 def command(opts):
-    safe_stdout()
     style = Style.for_stream(sys.stdout, opts.color)
     path = opts.file
     if opts.lines == 0 and not opts.follow:
@@ -213,20 +300,18 @@ def command(opts):
     if opts.follow:
         return follow(path, opts, style)
     try:
-        reader = _open(path)
+        recs = read_all(path, _warn)
     except BadFile as e:
         return fail("skb log", f"cannot read {e}", opts)
-    try:
-        recs = records(path, reader, _warn)
-    except BadFile as e:
-        return fail("skb log", f"cannot read {e}", opts)
-    finally:
-        reader.close()
     if opts.lines is not None:
         recs = recs[-opts.lines:] if opts.lines > 0 else []
-    for n, rec in recs:
-        for line in record_lines(n, rec, style, opts):
-            print(line)
+    try:
+        for n, rec in recs:
+            for line in record_lines(n, rec, style, opts):
+                print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:      # skb log FILE | head -1
+        return stdout_closed()
     return 0
 
 
@@ -285,11 +370,7 @@ def follow(path, opts, style, poll=POLL):
     except BadFile as e:
         return fail("skb log", f"cannot read {e}", opts)
     except BrokenPipeError:
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return 0
+        return stdout_closed()
     finally:
         if reader is not None:
             reader.close()

@@ -2,38 +2,50 @@
 
 Records come from the JSON lines of a plugin's debug log (``skbDebugLog`` / ``SKB_DEBUG_LOG``) or of the
 debug plugin's ``captureFile`` (the same record), or from the reference debug plugin's ``cniOutput`` text
-(which has no recorded output to compare with). The call is made as recorded: its ``CNI_*`` variables
-(the rest of the environment is this process's, so PATH and friends work), its stdin byte for byte.
+(which has no recorded output to compare with). The call is made with the record's stdin byte for byte
+and the spec's six ``CNI_*`` variables (COMMAND, CONTAINERID, NETNS, IFNAME, ARGS, PATH) as recorded, but
+for what the rules below replace; any other ``CNI_*`` variable of a record (``CNI_NETNS_OVERRIDE``, which
+lets a call act in the node's own netns) is never taken, and the output names it. The rest of the
+environment is this process's, so PATH and friends work.
 
 The plugin is ``--plugin`` (a path, or a name looked up in the CNI path), else the record's plugin,
 else the ``type`` in its stdin, looked up in ``--cni-path``, ``$CNI_PATH``, the recorded CNI_PATH, then
 ``/opt/cni/bin``.
 
-The namespace: an ADD or CHECK whose recorded netns is gone (or any call with ``--scratch``) runs in a
-new scratch netns, deleted afterwards unless ``--keep-netns``; the recorded path is replaced by the
+The namespace: an ADD or CHECK whose recorded netns is gone or empty (or any call with ``--scratch``) runs
+in a new scratch netns, deleted afterwards unless ``--keep-netns``; the recorded path is replaced by the
 scratch one in CNI_NETNS and wherever it is a whole JSON string in stdin (a prevResult's ``sandbox``) and
 in the recorded output before comparing. Generated values (a ptp veth's name and MACs) differ from run to
 run: the side-by-side view shows which lines differ, and an ADD replayed as a container of its own (below)
 counts as the same outcome when only those and, when it was asked for no particular address, its address
 within the same subnet (not its gateway, network or broadcast address) differ. A DEL keeps its recorded
-netns even when gone: that is the situation it must handle.
+netns when gone or empty: that is the situation it must handle.
 
-A replay leaves the node as it found it. An ADD or DEL replayed in a scratch netns runs under a container
+A replay leaves the node as it found it. Without ``--live`` an ADD, CHECK or DEL runs under a container
 ID of its own (``skb-replay-`` and 16 hex digits), not the recorded one: a plugin finds an attachment's
 host-side state (its address reservation, host veth, masquerade rules) by network, container ID and
 ifname, not by netns, so the recorded ID would let the replay reach a live pod's or a leaked attachment's
 state (review 13: a ``--scratch`` replay of a running pod's ADD, undone by its DEL, removed that pod's
-veth, route, reservation and rules). A replayed ADD is then followed by the matching DEL (same stdin and
-CNI_* variables, in the same scratch netns, before it is deleted), which releases the address it reserved
-and removes its host routes and masquerade rules; its outcome is reported. With ``--keep-netns`` that DEL
-is not run (the state stays with the kept netns, and the output says so). An ADD or DEL whose recorded
-netns still exists would act on that pod for real: it is refused unless ``--live`` (``--scratch`` replays
-it in a scratch netns instead, under its own container ID).
+veth, route, reservation and rules; review 15: a DEL recorded with an empty netns, as ctr sends it,
+removed those of the pod started again under the same ID). A replayed ADD is then followed by the
+matching DEL (same stdin and CNI_* variables, in the same scratch netns, before it is deleted), which
+releases the address it reserved and removes its host routes and masquerade rules; its outcome is
+reported. With ``--keep-netns`` that DEL is not run (the state stays with the kept netns, and the output
+says so). An ADD, CHECK or DEL whose recorded netns still exists would act on that pod for real: it is
+refused unless ``--live`` (``--scratch`` replays it in a scratch netns instead, under its own container ID).
+Refused without ``--live`` whatever the netns: a GC (it releases the reservations and masquerade rules of
+every attachment missing from its recorded list, pods added since the recording among them), and a
+configuration with the debug plugin's hooks (``addHooks``, ``delHooks``, ``checkHooks``, any spelling, at
+any depth: commands run as root, which no netns contains). A STATUS is replayed: it changes nothing.
+``--live`` runs the call as recorded, on the node for real.
 
 A replay records nothing: the files where the call would append its own record (``skbDebugLog``, the
-debug plugin's ``captureFile`` and ``cniOutput`` in its stdin, ``SKB_DEBUG_LOG``), the record file being
-replayed among them, are swapped for files in a temporary directory, removed afterwards. A log then
-holds only the runtime's calls, and replaying it twice replays the same record.
+debug plugin's ``captureFile`` and ``cniOutput`` in its stdin, in any spelling the plugins read as those,
+and ``SKB_DEBUG_LOG``), the record file being replayed among them, are swapped for files in a temporary
+directory, removed afterwards. A log then holds only the runtime's calls, and replaying it twice replays
+the same record. ``AsideExec`` does the same for the doctor's own calls.
+
+What is printed of a record or of the replayed call shows control characters as escapes (``\\x1b``).
 
 Exit status: 0 when exit code and output match the record (JSON compared parsed), 1 when they differ,
 2 when the call could not be replayed.
@@ -48,60 +60,29 @@ from skb.tool import libcni
 from skb.tool.libcni import rawexec
 from skb.cni import invoke
 from skb.cni.errors import CNIError
-from skb.linux.files import read_regular
+from skb.cni.netconf import fold
 from skb.linux import netns
 from skb.linux import scratch_netns
+from skb.tool import log
 from skb.tool.argtypes import positive_seconds, record_number
+from skb.tool.doctor.files import BadFile
+from skb.tool.log import visible
 from skb.tool.style import Style
 
-_TEXT_COMMANDS = {"CmdAdd": "ADD", "CmdDel": "DEL", "CmdCheck": "CHECK", "CmdStatus": "STATUS", "CmdGC": "GC"}
-_TEXT_FIELDS = {"ContainerID": "CNI_CONTAINERID", "Netns": "CNI_NETNS", "IfName": "CNI_IFNAME",
-                "Args": "CNI_ARGS", "Path": "CNI_PATH"}
-_SEPARATOR = "----------------------"
 _USES_NETNS = ("ADD", "CHECK", "DEL")
-# Keys of a plugin's stdin that name a file the call appends its own record to.
+MAX_WIDTH = 400      # columns of the side-by-side view at most, whatever COLUMNS says
+# Keys of a plugin's stdin that name a file the call appends its own record to (any spelling Go's
+# decoder folds to them: the plugins read keys so).
 _RECORD_KEYS = ("skbDebugLog", "captureFile", "cniOutput")
+# The only variables a replay takes from a record: the spec's. Never CNI_NETNS_OVERRIDE (it lets a call
+# act in the node's own netns) or anything else a record may carry.
+SPEC_ENV = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
+# The debug plugin's keys whose commands it runs as root (docs/DEBUG.md).
+_HOOK_KEYS = ("addHooks", "delHooks", "checkHooks")
 
 
 class ReplayError(Exception):
     pass
-
-
-def parse_text_records(text):
-    """The reference debug plugin's cniOutput: blocks of ``CmdAdd``, ``Key: value`` lines, the stdin
-    (to the separator line), ``----------------------``."""
-    records = []
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        head = lines[i].strip()
-        if head not in _TEXT_COMMANDS:
-            i += 1
-            continue
-        command = _TEXT_COMMANDS[head]
-        env = {"CNI_COMMAND": command}
-        i += 1
-        stdin = None
-        while i < len(lines):
-            line = lines[i]
-            key, sep, value = line.partition(": ")
-            if not sep and line.endswith(":"):
-                key, value, sep = line[:-1], "", ":"
-            if key == "StdinData":
-                body = [value]
-                i += 1
-                while i < len(lines) and lines[i] != _SEPARATOR:
-                    body.append(lines[i])
-                    i += 1
-                stdin = "\n".join(body)
-                break
-            if key in _TEXT_FIELDS:
-                env[_TEXT_FIELDS[key]] = value
-            i += 1
-        i += 1
-        records.append({"command": command, "env": env, "stdin": stdin.rstrip("\n") if stdin else "",
-                        "plugin": "", "format": "cniOutput"})
-    return records
 
 
 # A debug log bigger than this is not read whole (and /dev/zero never ends).
@@ -110,32 +91,15 @@ _STRING_FIELDS = ("command", "plugin", "stdin", "stdout", "stderr", "time")
 
 
 def read_records(path):
-    """The records of a debug log, capture or cniOutput file, numbered as ``skb log`` numbers them. The
-    file must be a regular file (a FIFO or a device is refused, never read), at most ``MAX_RECORD_FILE``
-    bytes. A record is untrusted input: ``record_problem`` says whether the selected one can be run."""
+    """The records of a debug log, capture or cniOutput file, numbered as ``skb log`` numbers them (its
+    reader: a line longer than its LINE_LIMIT is skipped, not counted). The file must be a regular file (a
+    FIFO or a device is refused, never read), at most ``MAX_RECORD_FILE`` bytes. A record is untrusted
+    input: ``record_problem`` says whether the selected one can be run."""
     try:
-        data = read_regular(os.path.abspath(path), "the record file", MAX_RECORD_FILE,
-                            "give a debug log, a captureFile or a cniOutput file")
-    except CNIError as e:
-        raise ReplayError(e.msg) from None
-    text = data.decode("utf-8", errors="replace")
-    first = next((line.strip() for line in text.split("\n") if line.strip()), "")
-    if first in _TEXT_COMMANDS:
-        return parse_text_records(text)
-    records = []
-    for n, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except (ValueError, RecursionError):
-            print(f"skb replay: {path}:{n}: not a JSON line, skipped", file=sys.stderr)
-            continue
-        if not isinstance(rec, dict):
-            print(f"skb replay: {path}:{n}: not a JSON object, skipped", file=sys.stderr)
-            continue
-        records.append(rec)      # numbered as `skb log` numbers them; checked when selected
-    return records
+        return [rec for _n, rec in log.read_all(path, lambda msg: print(f"skb replay: {msg}", file=sys.stderr),
+                                                  MAX_RECORD_FILE)]
+    except BadFile as e:
+        raise ReplayError(f"cannot read {e} (give a debug log, a captureFile or a cniOutput file)") from None
 
 
 def record_problem(rec):
@@ -252,7 +216,7 @@ def _pretty(text):
     obj = _jsonish(text)
     if obj is not None:
         return json.dumps(obj, indent=2).split("\n")
-    return text.rstrip("\n").split("\n") if text else ["(no output)"]
+    return [visible(line, "") for line in text.rstrip("\n").split("\n")] if text else ["(no output)"]
 
 
 def _swap(text, old, new):
@@ -263,36 +227,103 @@ def _swap(text, old, new):
                                                                   json.dumps(new, ensure_ascii=False))
 
 
+def _top_pairs(text):
+    """The (key, value) pairs of the JSON object ``text``, every spelling and duplicate as written (nested
+    objects as dicts); None when it is not one."""
+    seen = []
+
+    def hook(pairs):
+        seen.append(pairs)
+        return dict(pairs)
+    try:
+        obj = json.loads(text, object_pairs_hook=hook)
+    except (ValueError, RecursionError, TypeError):
+        return None
+    return seen[-1] if isinstance(obj, dict) else None
+
+
+def _record_files(pairs, wanted):
+    return [(k, v) for k, v in pairs if isinstance(k, str) and fold(k) in wanted and isinstance(v, str) and v]
+
+
 def divert_records(stdin, env, tmpdir):
-    """(stdin, keys): every file the replayed call would append its record to points into ``tmpdir``
-    instead (``env`` is changed in place). The rest of stdin keeps its bytes."""
+    """(stdin, keys): every file the call would append its record to (a key the plugins read as
+    ``skbDebugLog``, ``captureFile`` or ``cniOutput``, in any spelling; ``SKB_DEBUG_LOG`` in ``env``, which is
+    changed in place) points into ``tmpdir`` instead. The rest of stdin keeps its bytes."""
     keys = []
     if env.get("SKB_DEBUG_LOG"):
         env["SKB_DEBUG_LOG"] = os.path.join(tmpdir, "SKB_DEBUG_LOG")
         keys.append("SKB_DEBUG_LOG")
-    conf = _jsonish(stdin)
-    if not isinstance(conf, dict):
+    wanted = {fold(k): k for k in _RECORD_KEYS}
+    pairs = _top_pairs(stdin)
+    found = _record_files(pairs or [], wanted)
+    if not found:
         return stdin, keys
-    for key in _RECORD_KEYS:
-        value = conf.get(key)
-        if not isinstance(value, str) or not value:
-            continue
-        new = os.path.join(tmpdir, key)
-        stdin = _swap(stdin, value, new)
-        again = _jsonish(stdin)
-        if not isinstance(again, dict) or again.get(key) != new:   # written with other escapes: re-encode
-            conf[key] = new
-            stdin = json.dumps(conf)
-        conf = _jsonish(stdin)
-        keys.append(key)
+    for key, value in found:
+        stdin = _swap(stdin, value, os.path.join(tmpdir, wanted[fold(key)]))
+    again = _top_pairs(stdin)
+    if again is None or any(not v.startswith(tmpdir + os.sep) for _k, v in _record_files(again, wanted)):
+        # written with other escapes: re-encoded, every pair kept in its order
+        stdin = "{" + ",".join(json.dumps(k) + ":" + json.dumps(os.path.join(tmpdir, wanted[fold(k)])
+                                                              if (k, v) in found else v) for k, v in pairs) + "}"
+    keys += list(dict.fromkeys(k for k, _v in found))
     return stdin, keys
+
+
+class AsideExec(rawexec.RawExec):
+    """libcni's RawExec whose calls record themselves nowhere the runtime's calls are recorded: each call's
+    record files (``divert_records``) are in a temporary directory, removed after it. For every call skb
+    makes on its own account (the doctor's VERSION, STATUS and --probe, a replay)."""
+
+    def exec_plugin(self, path, stdin, environ):
+        tmpdir = tempfile.mkdtemp(prefix="skb-aside-")
+        try:
+            env = dict(environ)
+            text, _keys = divert_records(stdin.decode("utf-8", "surrogateescape"), env, tmpdir)
+            return super().exec_plugin(path, text.encode("utf-8", "surrogateescape"), env)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def hooks_in(stdin):
+    """The debug plugin's hook keys (any spelling, at any depth: an IPAM section, a conflist's plugins) that
+    hold commands in a configuration, as written."""
+    wanted = {fold(k) for k in _HOOK_KEYS}
+    found = []
+
+    def hook(pairs):
+        found.extend(k for k, v in pairs if isinstance(k, str) and fold(k) in wanted and v not in (None, [], "", {}))
+        return dict(pairs)
+    try:
+        json.loads(stdin, object_pairs_hook=hook)
+    except (ValueError, RecursionError, TypeError):
+        pass
+    return list(dict.fromkeys(found))
+
+
+def refuse_unless_live(command, stdin, opts):
+    """A call that would change the node whatever netns and container ID it is given is replayed only with
+    ``--live``: a GC (it releases what its recorded list of attachments lacks, which now lacks every pod
+    added since), and a configuration with the debug plugin's hooks (commands run as root)."""
+    if opts.live:
+        return
+    if command == "GC":
+        raise ReplayError("replaying a GC acts on the node's real state: it releases the address reservations (and "
+                          "ptp's masquerade rules) of every attachment missing from its recorded list of valid ones, "
+                          "pods added since the recording among them; give --live to run it anyway")
+    hooks = hooks_in(stdin)
+    if hooks:
+        raise ReplayError(f"the record's configuration has hooks ({', '.join(hooks)}): commands the debug plugin "
+                          "runs as root, which a scratch netns does not contain; read them in the record (skb log "
+                          "-v), and give --live to run them")
 
 
 def replay(rec, plugin, opts):
     """Run the call; returns a dict describing both outcomes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
-    env.update({k: v for k, v in rec["env"].items() if k.startswith("CNI_") and "\0" not in k + v and "=" not in k})
+    env.update({k: v for k, v in rec["env"].items() if k in SPEC_ENV and "\0" not in v})
     command = env.get("CNI_COMMAND", "")
+    dropped = sorted(k for k in rec["env"] if k not in SPEC_ENV and k.startswith("CNI_"))
     # The plugin may run others (IPAM delegation) from CNI_PATH: the recorded one is kept only when it
     # names nothing but the bin dirs.
     dirs = bin_dirs(opts)
@@ -302,16 +333,22 @@ def replay(rec, plugin, opts):
         env["CNI_PATH"] = ":".join(dirs)
         if recorded_path and not opts.cni_path:
             path_note = f"recorded CNI_PATH {recorded_path} replaced by the bin dirs {env['CNI_PATH']}"
+    if dropped:
+        path_note += (("; " if path_note else "") + f"not taken from the record: {', '.join(dropped)} "
+                      "(only the spec's CNI_* variables)")
     stdin = rec.get("stdin") or ""
+    refuse_unless_live(command, stdin, opts)
     old_ns = env.get("CNI_NETNS", "")
     scratch = None
-    live = command in ("ADD", "DEL") and not opts.scratch and bool(old_ns) and _is_netns(old_ns)
-    if live and not opts.live:
+    exists = command in _USES_NETNS and bool(old_ns) and _is_netns(old_ns)
+    if exists and not opts.live and not opts.scratch:
         raise ReplayError(f"the recorded netns {old_ns} still exists: replaying this {command} would act on that "
                           "pod's network for real; give --scratch to replay it in a scratch netns (as a container "
                           "of its own), or --live to act on the pod")
-    wanted = command in _USES_NETNS and (opts.scratch or (command != "DEL" and old_ns and not _is_netns(old_ns)))
-    note = f"--live: ran in the recorded netns {old_ns}, on that pod for real" if live else ""
+    wanted = command in _USES_NETNS and (opts.scratch or (command != "DEL" and not exists))
+    live = opts.live and not wanted and command in _USES_NETNS + ("GC",)
+    note = (f"--live: ran as recorded (container {env.get('CNI_CONTAINERID', '')!r}, netns {old_ns or '(none)'}), "
+            "on the node for real") if live else ""
     if wanted:
         name = scratch_netns.unique_name("skb-replay")
         try:
@@ -322,11 +359,13 @@ def replay(rec, plugin, opts):
         stdin = _swap(stdin, old_ns, scratch)
         note = (f"recorded netns {old_ns or '(none)'} " + ("replaced on request" if opts.scratch else "is gone")
                 + f": ran in scratch netns {scratch}")
-        if command in ("ADD", "DEL"):   # (see the module's docstring: never the recorded attachment's state)
-            own = "skb-replay-" + os.urandom(8).hex()
-            note += (f", as container {own} (not the recorded {env.get('CNI_CONTAINERID', '')!r}, whose state on "
-                     "the node a replay must not reach)")
-            env["CNI_CONTAINERID"] = own
+    elif command == "DEL" and not live:
+        note = f"recorded netns {old_ns or '(none)'}" + (" is gone" if old_ns else "") + ": the DEL ran with it"
+    if command in _USES_NETNS and not live:   # (see the module's docstring: never the recorded attachment's state)
+        own = "skb-replay-" + os.urandom(8).hex()
+        note += (f", as container {own} (not the recorded {env.get('CNI_CONTAINERID', '')!r}, whose state on "
+                 "the node a replay must not reach; --live acts on it)")
+        env["CNI_CONTAINERID"] = own
     tmpdir = tempfile.mkdtemp(prefix="skb-replay-")
     stdin, diverted = divert_records(stdin, env, tmpdir)
     log_note = (f"the call's own record ({', '.join(diverted)}) went to a temporary file, removed since: "
@@ -429,14 +468,17 @@ def _undo_add(plugin, env, stdin, opts):
 
 
 def show(number, rec, outcome, style, width, out):
-    env = outcome["env"]
-    print(style.bold(f"record #{number}: {outcome['command']} by {rec.get('plugin') or '?'}"
-                     f" at {rec.get('time', '?')}") + f", replayed with {outcome['plugin']}", file=out)
+    """The outcome for a terminal: what came from the record or the plugin escaped (``visible``)."""
+    env = {k: visible(v, "") for k, v in outcome["env"].items()}
+    width = min(width, MAX_WIDTH)
+    print(style.bold(f"record #{number}: {visible(outcome['command'], '')} by {visible(rec.get('plugin') or '?', '')}"
+                     f" at {visible(rec.get('time', '?'), '')}") + f", replayed with {visible(outcome['plugin'], '')}",
+          file=out)
     print(f"  container={env.get('CNI_CONTAINERID', '')} ifname={env.get('CNI_IFNAME', '')} "
           f"netns={env.get('CNI_NETNS', '')} args={env.get('CNI_ARGS', '')}", file=out)
     for key in ("netnsNote", "pathNote", "logNote", "cleanupNote"):
         if outcome[key]:
-            print(f"  {style.yellow(outcome[key])}", file=out)
+            print(f"  {style.yellow(visible(outcome[key], ''))}", file=out)
     rec_out, new = outcome["recorded"], outcome["replayed"]
     left = [f"exit {rec_out['exitCode']}"] + _pretty(rec_out["stdout"]) if rec_out else \
         ["(no recorded output: a cniOutput record)"]
@@ -462,7 +504,7 @@ def show(number, rec, outcome, style, width, out):
     if new["stderr"].strip():
         print(style.dim("replayed stderr:"), file=out)
         for line in new["stderr"].rstrip("\n").split("\n"):
-            print(f"  {line}", file=out)
+            print(f"  {visible(line, chr(9))}", file=out)
     if outcome["keptNetns"]:
         print(f"  scratch netns kept: {outcome['keptNetns']} (skb netns del {os.path.basename(outcome['keptNetns'])})",
               file=out)
@@ -480,28 +522,35 @@ def command(opts):
         number, rec = select(records, opts.number, opts.command)
         plugin = choose_plugin(rec, opts)
         # Show what will run before it runs (a record is untrusted input).
-        print(f"skb replay: running {plugin} for record #{number} ({rec.get('command') or '?'})", file=sys.stderr)
+        print(f"skb replay: running {visible(plugin, '')} for record #{number} "
+              f"({visible(rec.get('command') or '?', '')})", file=sys.stderr)
         outcome = replay(rec, plugin, opts)
     except ReplayError as e:
-        print(f"skb replay: {e}", file=sys.stderr)
+        print(f"skb replay: {visible(str(e), '')}", file=sys.stderr)
         return 2
-    if opts.json:
-        print(json.dumps(dict(outcome, record=number), indent=2))
-    else:
-        show(number, rec, outcome, Style.for_stream(sys.stdout, opts.color), shutil.get_terminal_size().columns,
-             sys.stdout)
+    try:
+        if opts.json:
+            print(json.dumps(dict(outcome, record=number), indent=2))
+        else:
+            show(number, rec, outcome, Style.for_stream(sys.stdout, opts.color), shutil.get_terminal_size().columns,
+                 sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:      # skb replay ... | head -1
+        return log.stdout_closed()
     return 0 if outcome["same"] in (True, None) else 1
 
 
 EPILOG = """\
 Reads a plugin's debug log (skbDebugLog / SKB_DEBUG_LOG), the debug plugin's captureFile, or the
-reference debug plugin's cniOutput text. Runs the call with its recorded CNI_* variables and stdin. An ADD
-or CHECK whose netns is gone runs in a scratch netns (the path is substituted in env, stdin and the
-recorded output); an ADD there is followed by its DEL, so the node keeps no address, route or masquerade
-rule of it (not with --keep-netns). An ADD or DEL whose recorded netns still exists would act on that pod
-for real: refused unless --live (or --scratch). An ADD replayed in a scratch netns runs as a container of
-its own: its MACs, host veth name and address (within the same subnet) may differ and still count as the
-same outcome. Exit status: 0 same outcome, 1 different, 2 could not replay.
+reference debug plugin's cniOutput text. Runs the call with its recorded stdin and the spec's CNI_*
+variables (never CNI_NETNS_OVERRIDE). An ADD or CHECK whose netns is gone runs in a scratch netns (the path
+is substituted in env, stdin and the recorded output); an ADD there is followed by its DEL, so the node
+keeps no address, route or masquerade rule of it (not with --keep-netns). Without --live an ADD, CHECK or
+DEL runs as a container of its own, never reaching the recorded attachment: its MACs, host veth name and
+address (within the same subnet) may differ and still count as the same outcome. Refused unless --live:
+an ADD, CHECK or DEL whose recorded netns still exists (--scratch replays it in a scratch netns), a GC (it
+would release what was added since), a configuration with the debug plugin's hooks (root commands).
+Exit status: 0 same outcome, 1 different, 2 could not replay.
 
 examples:
   skb log /tmp/capture.jsonl                          # find the record number
@@ -526,7 +575,7 @@ def add_parser(sub, formatter, parents=()):
     r.add_argument("--keep-netns", action="store_true",
                    help="keep the scratch netns for a look afterwards (a replayed ADD is then not undone)")
     r.add_argument("--live", action="store_true",
-                   help="replay an ADD or DEL in its recorded netns when that still exists: acts on the pod for real")
+                   help="replay the call as recorded (container ID, netns; a GC, hooks): acts on the node for real")
     r.add_argument("--netns-dir", default="/run/netns", help="where scratch namespaces go (default: /run/netns)")
     r.add_argument("--timeout", type=positive_seconds, default=60.0,
                    help="kill the plugin after this many seconds (above 0; default: 60)")

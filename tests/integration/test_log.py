@@ -165,3 +165,31 @@ def test_lone_surrogates_and_non_utf8_in_records(skb, tmp_path):
     p = subprocess.run([skb, "log", str(f)], capture_output=True, timeout=60)
     assert p.returncode == 0 and b"Traceback" not in p.stderr
     assert p.stdout.startswith(b"#1 ? \\ud800x ")
+
+
+def test_control_characters_are_shown_escaped(skb, tmp_path):
+    """Review 15: a record's stderr, time and plugin reached the terminal raw (an OSC 52 clipboard write,
+    a line erase, a fake record line)."""
+    f = tmp_path / "evil.jsonl"
+    f.write_text(record(1, time="\x1b]52;c;cHduZWQ=\x07", plugin="deb\x9bug", exitCode=1,
+                        stderr="oops\r\x1b[2K#7 2026 debug ADD ok\nnext\tline\u202e") + record(2))
+    for args in ([], ["-v"]):
+        p = log(skb, *args, str(f))
+        assert p.returncode == 0
+        for raw in ("\x1b", "\x07", "\x9b", "\r", "\u202e"):
+            assert raw not in p.stdout, (args, raw)
+        assert "\\x1b]52;c;cHduZWQ=\\x07" in p.stdout and "deb\\x9bug" in p.stdout
+        assert [line.split()[0] for line in p.stdout.splitlines() if not line.startswith(" ")] == ["#1", "#2"]
+        assert "next\tline\\u202e" in p.stdout     # a tab stays a tab, a newline starts an indented line
+    p = log(skb, "--json", str(f))
+    assert "\x9b" not in p.stdout and "\u202e" not in p.stdout and "\x1b" not in p.stdout
+    assert json.loads(p.stdout.splitlines()[0])["record"]["plugin"] == "deb\x9bug"
+
+
+def test_a_closed_pipe_ends_quietly(skb, tmp_path):
+    f = tmp_path / "many.jsonl"
+    f.write_text("".join(record(n % 10) for n in range(20000)))
+    p = subprocess.run(["bash", "-c", f'"{skb}" log "{f}" | head -1; exit "${{PIPESTATUS[0]}}"'],
+                       capture_output=True, text=True, timeout=120)
+    assert p.stdout.startswith("#1 ") and p.stdout.count("\n") == 1
+    assert p.returncode == 141 and p.stderr == "", (p.returncode, p.stderr)

@@ -42,3 +42,32 @@ def test_requests_are_seen_wherever_a_runtime_puts_them():
     assert _requested("", json.dumps({"args": {"cni": {"ips": ["10.1.0.15"]}}}))
     assert _requested("", json.dumps({"runtimeConfig": {"ips": ["10.1.0.15"]}}))
     assert not _requested("K8S_POD_NAME=x", json.dumps({"name": "n", "type": "ptp"}))
+
+
+# review 15: the record keys as the plugins read them (Go's case folding), hooks, what reaches a terminal
+
+def test_record_files_are_diverted_in_any_spelling_and_escape():
+    from skb.tool.replay import divert_records
+    stdin = ('{"CaptureFile":"/var/log/cap","type":"debug","CNIOUTPUT":"\\/anywhere","s\u212abdebuglog":"/l",'
+             '"captureFile":"/var/log/cap2"}')
+    env = {"SKB_DEBUG_LOG": "/var/log/x"}
+    out, keys = divert_records(stdin, env, "/tmp/aside")
+    pairs = json.loads(out, object_pairs_hook=lambda p: p)
+    assert [v for k, v in pairs if k != "type"] == ["/tmp/aside/captureFile", "/tmp/aside/cniOutput",
+                                                    "/tmp/aside/skbDebugLog", "/tmp/aside/captureFile"]
+    assert env["SKB_DEBUG_LOG"] == "/tmp/aside/SKB_DEBUG_LOG" and "CNIOUTPUT" in keys
+    same = '{"cniVersion":"1.0.0", "skbDebugLog": "/l",  "x": 1}'
+    assert divert_records(same, {}, "/t")[0] == '{"cniVersion":"1.0.0", "skbDebugLog": "/t/skbDebugLog",  "x": 1}'
+
+
+def test_hooks_are_found_in_any_spelling_at_any_depth():
+    from skb.tool.replay import hooks_in
+    assert hooks_in('{"ADDHOOKS": [["x"]], "ipam": {"delHoo\u212as": [["y"]]}, "checkHooks": []}') == \
+        ["delHoo\u212as", "ADDHOOKS"]
+    assert hooks_in('{"type": "debug", "addHooks": null}') == [] and hooks_in("not json") == []
+
+
+def test_control_characters_are_made_visible():
+    from skb.tool.log import visible
+    assert visible("a\x1b]52;c;x\x07\r\x9b\u202e\tb\nc") == "a\\x1b]52;c;x\\x07\\r\\x9b\\u202e\tb\nc"
+    assert visible("a\tb\n", "") == "a\\tb\\n" and visible(None) == "" and visible("plain é") == "plain é"

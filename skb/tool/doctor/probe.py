@@ -6,7 +6,8 @@ so whatever they do to "the host" (a veth end, routes, sysctls such as ``net.ipv
 masquerade rules) happens in the scratch node and vanishes with it. The files they keep are isolated too:
 the netns dir is a private tmpfs, and every host-local ``dataDir`` the network names is covered by an
 overlay whose writes go to that tmpfs (the node's reservations stay visible, none is added or advanced).
-When a directory cannot be isolated, the probe is skipped and says why.
+When a directory cannot be isolated, the probe is skipped and says why. Its calls record themselves
+nowhere (the debug log, a debug plugin's captureFile and cniOutput go to a temporary directory).
 
 What the ADD needed from the node is reported, not done: sysctls it changed in the scratch node whose
 value on the node differs (forwarding off: pods would get no traffic beyond the node). Links the DEL
@@ -163,7 +164,10 @@ def _child(view, netconf, opts, scratch):
     cache = os.path.join(scratch, ".cache")
     cid = f"skb-probe-{os.urandom(8).hex()}"
     rt = libcni.RuntimeConf(cid, path, opts.probe_ifname, libcni.parse_cnitool_args(CRI_ARGS.format(cid=cid)))
-    cni = libcni.CNIConfig(view.bin_dirs, cache, libcni.RawExec(stderr=False, timeout=opts.probe_timeout))
+    # (AsideExec: the probe's calls append to none of the runtime's call logs, which are on the node's file
+    # system; imported here: skb.tool.log, which replay imports, imports this package)
+    from skb.tool.replay import AsideExec
+    cni = libcni.CNIConfig(view.bin_dirs, cache, AsideExec(stderr=False, timeout=opts.probe_timeout))
     out = {"add": None, "del": None, "changed": {}, "leftover": []}
     try:
         res = cni.add_list(netconf, rt)
