@@ -58,6 +58,7 @@ import tempfile
 
 from skb.tool import libcni
 from skb.tool.libcni import rawexec
+from skb.tool.libcni.aside import AsideExec, divert_records, swap_string  # noqa: F401 (AsideExec: for the doctor)
 from skb.cni import invoke
 from skb.cni.errors import CNIError
 from skb.cni.netconf import fold
@@ -71,9 +72,6 @@ from skb.tool.style import Style
 
 _USES_NETNS = ("ADD", "CHECK", "DEL")
 MAX_WIDTH = 400      # columns of the side-by-side view at most, whatever COLUMNS says
-# Keys of a plugin's stdin that name a file the call appends its own record to (any spelling Go's
-# decoder folds to them: the plugins read keys so).
-_RECORD_KEYS = ("skbDebugLog", "captureFile", "cniOutput")
 # The only variables a replay takes from a record: the spec's. Never CNI_NETNS_OVERRIDE (it lets a call
 # act in the node's own netns) or anything else a record may carry.
 SPEC_ENV = ("CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH")
@@ -219,72 +217,6 @@ def _pretty(text):
     return [visible(line, "") for line in text.rstrip("\n").split("\n")] if text else ["(no output)"]
 
 
-def _swap(text, old, new):
-    """Replace the JSON string ``old`` (a whole string value, quotes included) by ``new``."""
-    if not old:
-        return text
-    return text.replace(json.dumps(old), json.dumps(new)).replace(json.dumps(old, ensure_ascii=False),
-                                                                  json.dumps(new, ensure_ascii=False))
-
-
-def _top_pairs(text):
-    """The (key, value) pairs of the JSON object ``text``, every spelling and duplicate as written (nested
-    objects as dicts); None when it is not one."""
-    seen = []
-
-    def hook(pairs):
-        seen.append(pairs)
-        return dict(pairs)
-    try:
-        obj = json.loads(text, object_pairs_hook=hook)
-    except (ValueError, RecursionError, TypeError):
-        return None
-    return seen[-1] if isinstance(obj, dict) else None
-
-
-def _record_files(pairs, wanted):
-    return [(k, v) for k, v in pairs if isinstance(k, str) and fold(k) in wanted and isinstance(v, str) and v]
-
-
-def divert_records(stdin, env, tmpdir):
-    """(stdin, keys): every file the call would append its record to (a key the plugins read as
-    ``skbDebugLog``, ``captureFile`` or ``cniOutput``, in any spelling; ``SKB_DEBUG_LOG`` in ``env``, which is
-    changed in place) points into ``tmpdir`` instead. The rest of stdin keeps its bytes."""
-    keys = []
-    if env.get("SKB_DEBUG_LOG"):
-        env["SKB_DEBUG_LOG"] = os.path.join(tmpdir, "SKB_DEBUG_LOG")
-        keys.append("SKB_DEBUG_LOG")
-    wanted = {fold(k): k for k in _RECORD_KEYS}
-    pairs = _top_pairs(stdin)
-    found = _record_files(pairs or [], wanted)
-    if not found:
-        return stdin, keys
-    for key, value in found:
-        stdin = _swap(stdin, value, os.path.join(tmpdir, wanted[fold(key)]))
-    again = _top_pairs(stdin)
-    if again is None or any(not v.startswith(tmpdir + os.sep) for _k, v in _record_files(again, wanted)):
-        # written with other escapes: re-encoded, every pair kept in its order
-        stdin = "{" + ",".join(json.dumps(k) + ":" + json.dumps(os.path.join(tmpdir, wanted[fold(k)])
-                                                              if (k, v) in found else v) for k, v in pairs) + "}"
-    keys += list(dict.fromkeys(k for k, _v in found))
-    return stdin, keys
-
-
-class AsideExec(rawexec.RawExec):
-    """libcni's RawExec whose calls record themselves nowhere the runtime's calls are recorded: each call's
-    record files (``divert_records``) are in a temporary directory, removed after it. For every call skb
-    makes on its own account (the doctor's VERSION, STATUS and --probe, a replay)."""
-
-    def exec_plugin(self, path, stdin, environ):
-        tmpdir = tempfile.mkdtemp(prefix="skb-aside-")
-        try:
-            env = dict(environ)
-            text, _keys = divert_records(stdin.decode("utf-8", "surrogateescape"), env, tmpdir)
-            return super().exec_plugin(path, text.encode("utf-8", "surrogateescape"), env)
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-
-
 def hooks_in(stdin):
     """The debug plugin's hook keys (any spelling, at any depth: an IPAM section, a conflist's plugins) that
     hold commands in a configuration, as written."""
@@ -356,7 +288,7 @@ def replay(rec, plugin, opts):
         except scratch_netns.NetnsAdminError as e:
             raise ReplayError(f"cannot make a scratch netns: {e}") from None
         env["CNI_NETNS"] = scratch
-        stdin = _swap(stdin, old_ns, scratch)
+        stdin = swap_string(stdin, old_ns, scratch)
         note = (f"recorded netns {old_ns or '(none)'} " + ("replaced on request" if opts.scratch else "is gone")
                 + f": ran in scratch netns {scratch}")
     elif command == "DEL" and not live:
@@ -386,7 +318,7 @@ def replay(rec, plugin, opts):
     if "exitCode" in rec:
         rstdout = rec.get("stdout") or ""
         if scratch:
-            rstdout = _swap(rstdout, old_ns, scratch)
+            rstdout = swap_string(rstdout, old_ns, scratch)
         recorded = {"exitCode": rec.get("exitCode"), "stdout": rstdout, "stderr": rec.get("stderr") or ""}
     same, aside = None, False
     if recorded is not None:

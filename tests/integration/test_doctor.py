@@ -552,10 +552,9 @@ def test_probe_add_failure_and_cri_args(skb, setup):
     before = _netns_names()
     f = find(probe(skb, setup), "probe-failed")[0]
     assert f["what"].startswith("ADD of the pod network fails") and "no IPs left" in f["evidence"]
-    calls = [json.loads(line) for line in cap.read_text().splitlines()]
-    assert [c["command"] for c in calls] == ["ADD", "DEL"]          # DEL after a failed ADD, as runtimes do
-    args = dict(kv.split("=") for kv in calls[0]["env"]["CNI_ARGS"].split(";"))
-    assert args["IgnoreUnknown"] == "1" and args["K8S_POD_INFRA_CONTAINER_ID"] == calls[0]["env"]["CNI_CONTAINERID"]
+    # the probe's calls go into none of the runtime's call logs (review 15); what they were, DEL after the
+    # failed ADD and CRI's arguments: test_replay_safety.py::test_doctor_probe_adds_with_cri_args_...
+    assert not cap.exists()
     assert _netns_names() == before
 
 
@@ -650,8 +649,13 @@ def test_status_ok_and_not_sent_before_1_1_0(skb, setup):
         {"type": "debug", "captureFile": str(cap)}]})
     out = doctor(skb, setup)
     assert out["rc"] == 0 and out["problems"] == []
-    assert [json.loads(line)["command"] for line in cap.read_text().splitlines()] == ["STATUS"]
-    cap.unlink()
+    # the doctor's STATUS goes into none of the runtime's call logs (review 15): which calls it sends is
+    # seen by a plugin of the test's own (test_replay_safety.py::test_doctor_sends_status_only_from_1_1_0)
+    assert not cap.exists()
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "debug", "captureFile": str(cap),
+         "inject": {"STATUS": {"error": {"code": 50, "msg": "not ready"}}}}]})
+    assert find(doctor(skb, setup), "status-failed")     # it was sent
     setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
         {"type": "debug", "captureFile": str(cap),
          "inject": {"STATUS": {"error": {"code": 50, "msg": "not ready"}}}}]})

@@ -6,6 +6,7 @@ import threading
 from skb.cni import result as cniresult
 from skb.cni.errors import CNIError
 from skb.tool import libcni
+from skb.tool.libcni.aside import AsideExec
 from skb.tool.doctor.findings import Finding, DEFAULT_BIN_DIR
 
 # Where plugins are commonly installed: searched only to say where a missing plugin is after all.
@@ -136,7 +137,6 @@ def _version_job(view, path):
 def _status_job(view, netconf):
     """None, or (the plugin path that failed, the error) of STATUS through the chain. A diagnostic's call
     appends to none of the runtime's call logs (the debug log, a debug plugin's captureFile and cniOutput)."""
-    from skb.tool.replay import AsideExec   # (here: skb.tool.log, which replay imports, imports this package)
     exec_ = AsideExec(stderr=False, timeout=EXEC_TIMEOUT)
     cni = libcni.CNIConfig(view.bin_dirs, exec_=exec_)
     try:
@@ -332,13 +332,17 @@ def check_status(view, networks, default, found_all, findings, statuses=None):
 
 
 def _version_info(path, dirs):
-    from skb.tool.replay import AsideExec   # (see _status_job)
-
-    class PathExec(AsideExec):
-        """Runs exactly the file found (the lookup was already made), stderr kept out of the report, its
-        record (SKB_DEBUG_LOG) nowhere."""
-
-        def find_in_path(self, plugin, paths):
-            return path
-    cni = libcni.CNIConfig(dirs, exec_=PathExec(stderr=False, timeout=EXEC_TIMEOUT))
+    cni = libcni.CNIConfig(dirs, exec_=_PathExec(path))
     return cni.version_info(os.path.basename(path))
+
+
+class _PathExec(AsideExec):
+    """Runs exactly the file found (the lookup was already made), stderr kept out of the report, its record
+    (SKB_DEBUG_LOG) nowhere."""
+
+    def __init__(self, path):
+        AsideExec.__init__(self, stderr=False, timeout=EXEC_TIMEOUT)
+        self.path = path
+
+    def find_in_path(self, plugin, paths):
+        return self.path

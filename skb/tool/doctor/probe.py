@@ -23,6 +23,7 @@ import time
 
 from skb.cni.errors import CNIError
 from skb.tool import libcni
+from skb.tool.libcni.aside import AsideExec
 from skb.linux import scratch_netns
 from skb.linux.files import write_all
 from skb.linux.netlink import RtNetlink
@@ -165,8 +166,7 @@ def _child(view, netconf, opts, scratch):
     cid = f"skb-probe-{os.urandom(8).hex()}"
     rt = libcni.RuntimeConf(cid, path, opts.probe_ifname, libcni.parse_cnitool_args(CRI_ARGS.format(cid=cid)))
     # (AsideExec: the probe's calls append to none of the runtime's call logs, which are on the node's file
-    # system; imported here: skb.tool.log, which replay imports, imports this package)
-    from skb.tool.replay import AsideExec
+    # system)
     cni = libcni.CNIConfig(view.bin_dirs, cache, AsideExec(stderr=False, timeout=opts.probe_timeout))
     out = {"add": None, "del": None, "changed": {}, "leftover": []}
     try:

@@ -22,8 +22,9 @@ run, so a configuration behaves here as it will on a node:
 Results are held as ``skb.cni.result.Result`` values; the CLI is not on a plugin's call path, so this package
 imports what it likes. Its modules, in dependency order: ``errors`` (LibcniError), ``gojson`` (Go's JSON
 encoding and messages), ``conf`` (loading), ``results``, ``rawexec`` (finding and running a plugin, over
-``skb.cni.invoke``), ``runner`` (CNIConfig and the cache), ``cnitool`` (cnitool's conventions). The names
-the rest of skb uses are re-exported here.
+``skb.cni.invoke``), ``aside`` (a RawExec whose calls record themselves in none of the runtime's call
+logs: skb's own calls), ``runner`` (CNIConfig and the cache), ``cnitool`` (cnitool's conventions). The
+names the rest of skb uses are re-exported here.
 """
 from skb.cni import jsonio  # the doctor reads JSON the way libcni does
 from skb.cni import result as cniresult
