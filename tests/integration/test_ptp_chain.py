@@ -10,18 +10,9 @@ import pytest
 
 from tests.helpers import GO_BIN_DIR, cni_env, ip_json, run_plugin
 from tests.integration.ptp_support import Ptp, host_veths, nspath, ptp_conf, reservations, snapshot
+from tests.integration.test_ptp_ownership import data_dir, ours  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.kernel
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    return str(tmp_path / "ipam")
-
-
-@pytest.fixture
-def ours(bin_dir):
-    return Ptp(os.path.join(bin_dir, "ptp"), bin_dir)
 
 
 def _go(name):
