@@ -64,9 +64,11 @@ def install_suite(src, dest, log=print, old_bundle_wait=5.0):
             if os.path.isfile(path) and not os.path.islink(path) and _same_bytes(path, new) \
                     and os.access(path, os.X_OK):
                 continue
+            foreign = os.path.lexists(path) and not is_our_launcher(path)
             replace_file(new, dest, applet)
             changed = True
-            say(log, f"install: {path}")
+            say(log, f"install: {path}" + (" (replacing a plugin that was not skb-cni's, such as the reference's: "
+                                          "reinstall that to go back)" if foreign else ""))
         os.fsync(dfd)
 
         # 4. Bundles no launcher uses: each launcher names its own (an older release extracted by tar, or

@@ -21,7 +21,12 @@ counts as the same outcome when only those and, when it was asked for no particu
 within the same subnet (not its gateway, network or broadcast address) differ. A DEL keeps its recorded
 netns when gone or empty: that is the situation it must handle.
 
-A replay leaves the node as it found it. Without ``--live`` an ADD, CHECK or DEL runs under a container
+A replay leaves the node as it found it. Without ``--live`` (or ``--keep-netns``) an ADD, CHECK or DEL runs
+in a scratch node (``skb.tool.scratch_node``, as the doctor's --probe): a network namespace of its own as
+the plugin's host side, so what it does there (a bridge, sysctls, firewall rules) vanishes with it, and
+overlays over /var/lib/cni and every ``dataDir`` its configuration names (review 15: Go's bridge left its
+bridge and switched IPv4 forwarding on; a record's dataDir made root-owned directories where it chose).
+Warm start is off there. It also runs under a container
 ID of its own (``skb-replay-`` and 16 hex digits), not the recorded one: a plugin finds an attachment's
 host-side state (its address reservation, host veth, masquerade rules) by network, container ID and
 ifname, not by netns, so the recorded ID would let the replay reach a live pod's or a leaked attachment's
@@ -58,6 +63,8 @@ import tempfile
 
 from skb.tool import libcni
 from skb.tool.libcni import rawexec
+from skb.tool import scratch_node
+from skb.tool.libcni import aside
 from skb.tool.libcni.aside import AsideExec, divert_records, swap_string  # noqa: F401 (AsideExec: for the doctor)
 from skb.cni import invoke
 from skb.cni.errors import CNIError
@@ -228,7 +235,9 @@ def hooks_in(stdin):
         return dict(pairs)
     try:
         json.loads(stdin, object_pairs_hook=hook)
-    except (ValueError, RecursionError, TypeError):
+    except RecursionError:      # (a plugin may still read it: fail closed)
+        return ["(a configuration nested too deep to look for hooks in)"]
+    except (ValueError, TypeError):
         pass
     return list(dict.fromkeys(found))
 
@@ -281,7 +290,10 @@ def replay(rec, plugin, opts):
     live = opts.live and not wanted and command in _USES_NETNS + ("GC",)
     note = (f"--live: ran as recorded (container {env.get('CNI_CONTAINERID', '')!r}, netns {old_ns or '(none)'}), "
             "on the node for real") if live else ""
-    if wanted:
+    # Without --live (and --keep-netns, which keeps what the ADD made), the call runs in a scratch node: its
+    # "host" side (bridges, sysctls, firewall rules, dataDir files) is never the node's (review 15).
+    node = command in _USES_NETNS and not live and not opts.keep_netns
+    if wanted and not node:
         name = scratch_netns.unique_name("skb-replay")
         try:
             scratch = scratch_netns.add(name, opts.netns_dir)
@@ -289,8 +301,9 @@ def replay(rec, plugin, opts):
             raise ReplayError(f"cannot make a scratch netns: {e}") from None
         env["CNI_NETNS"] = scratch
         stdin = swap_string(stdin, old_ns, scratch)
+    if wanted:
         note = (f"recorded netns {old_ns or '(none)'} " + ("replaced on request" if opts.scratch else "is gone")
-                + f": ran in scratch netns {scratch}")
+                + (f": ran in scratch netns {scratch}" if scratch else ": ran in a scratch netns of a scratch node"))
     elif command == "DEL" and not live:
         note = f"recorded netns {old_ns or '(none)'}" + (" is gone" if old_ns else "") + ": the DEL ran with it"
     if command in _USES_NETNS and not live:   # (see the module's docstring: never the recorded attachment's state)
@@ -299,17 +312,26 @@ def replay(rec, plugin, opts):
                  "the node a replay must not reach; --live acts on it)")
         env["CNI_CONTAINERID"] = own
     tmpdir = tempfile.mkdtemp(prefix="skb-replay-")
-    stdin, diverted = divert_records(stdin, env, tmpdir)
+    try:
+        stdin, diverted = divert_records(stdin, env, tmpdir)
+    except aside.TooDeep as e:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise ReplayError(f"{e}: give --live to run it anyway") from None
     log_note = (f"the call's own record ({', '.join(diverted)}) went to a temporary file, removed since: "
                 "a replay appends to no log" if diverted else "")
     cleanup_note = ""
     try:
-        out = _run(plugin, env, stdin, opts.timeout)
-        if scratch and command == "ADD":
-            cleanup_note = _undo_add(plugin, env, stdin, opts)
+        if node:
+            out, cleanup_note, scratch = _in_scratch_node(plugin, env, stdin, old_ns if wanted else None, opts)
+            env["CNI_NETNS"] = scratch or env.get("CNI_NETNS", "")
+            note += "; the plugin's host side was a scratch node, so nothing it did reached the node"
+        else:
+            out = _run(plugin, env, stdin, opts.timeout)
+            if scratch and command == "ADD":
+                cleanup_note = _undo_add(plugin, env, stdin, opts)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-        if scratch and not opts.keep_netns:
+        if scratch and not node and not opts.keep_netns:
             try:
                 scratch_netns.delete(os.path.basename(scratch), opts.netns_dir)
             except scratch_netns.NetnsAdminError:
@@ -384,7 +406,59 @@ def _run(plugin, env, stdin, timeout):
         raise ReplayError(f"cannot run {plugin}: {e.strerror}") from None
 
 
-def _undo_add(plugin, env, stdin, opts):
+def _in_scratch_node(plugin, env, stdin, old_ns, opts):
+    """The call (and an ADD's DEL) in a scratch node: (its outcome, the DEL's note, the scratch netns or
+    None). ``old_ns``: the recorded netns a scratch one replaces, or None to keep it (a gone one). Every
+    dataDir its configuration names and /var/lib/cni are overlays there; warm start stays off (no server
+    in a node about to vanish). ReplayError when the node cannot be isolated so."""
+    dirs = ["/var/lib/cni"] + data_dirs(stdin)
+    root = tempfile.mkdtemp(prefix="skb-replay-node-")
+
+    def inside():
+        scratch_node.enter(root, "skb-replay")
+        for n, d in enumerate(dict.fromkeys(dirs)):
+            scratch_node.isolate(d, root, n, "skb-replay")
+        e, text, pod = dict(env, SKB_WARM="0"), stdin, None
+        if old_ns is not None:
+            pod = scratch_netns.add(scratch_netns.unique_name("skb-replay"), root)
+            e["CNI_NETNS"], text = pod, swap_string(stdin, old_ns, pod)
+        out = _run(plugin, e, text, opts.timeout)
+        undone = _undo_add(plugin, e, text, opts, "in the scratch node, gone with it") \
+            if e.get("CNI_COMMAND") == "ADD" else ""
+        return {"out": out, "undone": undone, "pod": pod}
+    try:
+        reply = scratch_node.run(inside, 2 * opts.timeout + 30, "the replay")
+    finally:
+        try:
+            os.rmdir(root)
+        except OSError:
+            pass
+    if "skipped" in reply:
+        raise ReplayError(f"cannot replay it without changing the node: {reply['skipped']} (--live runs it on the "
+                          "node for real)")
+    return reply["out"], reply["undone"], reply["pod"]
+
+
+def data_dirs(stdin):
+    """The absolute paths of every ``dataDir`` (any spelling, at any depth) of a configuration. ReplayError
+    when it is nested too deep to tell (a plugin may still read it)."""
+    found = []
+
+    def hook(pairs):
+        found.extend(os.path.abspath(v) for k, v in pairs if isinstance(k, str) and fold(k) == "datadir"
+                     and isinstance(v, str) and v and "\0" not in v)
+        return dict(pairs)
+    try:
+        json.loads(stdin, object_pairs_hook=hook)
+    except RecursionError:
+        raise ReplayError("its configuration is nested too deep to tell which directories it writes: give --live "
+                          "to run it anyway") from None
+    except (ValueError, TypeError):
+        pass
+    return found
+
+
+def _undo_add(plugin, env, stdin, opts, where="on the node"):
     """After an ADD in a scratch netns: its DEL, so that no reservation, host route or masquerade rule
     of a pod that never was stays on the node. What happened, as a note."""
     ids = f"container {env.get('CNI_CONTAINERID', '')}, ifname {env.get('CNI_IFNAME', '')}"
@@ -393,10 +467,10 @@ def _undo_add(plugin, env, stdin, opts):
                 f"reservation, host routes, masquerade rules; {ids}) until a DEL of that container")
     done = _run(plugin, dict(env, CNI_COMMAND="DEL"), stdin, opts.timeout)
     if done["exitCode"] == 0:
-        return f"ran the matching DEL ({ids}) in the scratch netns: exit 0, the ADD left nothing on the node"
+        return f"ran the matching DEL ({ids}) in the scratch netns: exit 0"
     why = " ".join((done["stdout"] or done["stderr"]).split())[:300]
     return (f"the matching DEL ({ids}) failed (exit {done['exitCode']}): {why}: the ADD's address reservation, "
-            "host routes or masquerade rules may remain on the node")
+            f"host routes or masquerade rules may remain {where}")
 
 
 def show(number, rec, outcome, style, width, out):
@@ -505,7 +579,8 @@ def add_parser(sub, formatter, parents=()):
     r.add_argument("--cni-path", help="plugin dirs, ':'-separated (also sent as CNI_PATH)")
     r.add_argument("--scratch", action="store_true", help="always run in a scratch netns")
     r.add_argument("--keep-netns", action="store_true",
-                   help="keep the scratch netns for a look afterwards (a replayed ADD is then not undone)")
+                   help="keep the scratch netns for a look afterwards: the call then runs with the node as its "
+                        "host side (not in a scratch node) and a replayed ADD is not undone")
     r.add_argument("--live", action="store_true",
                    help="replay the call as recorded (container ID, netns; a GC, hooks): acts on the node for real")
     r.add_argument("--netns-dir", default="/run/netns", help="where scratch namespaces go (default: /run/netns)")

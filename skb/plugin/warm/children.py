@@ -41,6 +41,36 @@ def memory_refusal(cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup", pid=N
     return None
 
 
+def cgroup_alone(ours, cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup"):
+    """True when, in some hierarchy, this process's cgroup holds no process but ``ours`` (pids as text) and
+    warm servers' (comm "skb-warm"): a caller that runs each call in a cgroup of its own and removes it
+    after could not, while a server lived there (EBUSY). False when nothing can be read."""
+    try:
+        with open(cgroup_file, "rb") as f:
+            lines = f.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        top = root if controllers == "" else os.path.join(root, controllers.split(",")[0].replace("name=", ""))
+        try:
+            with open(os.path.join(top, path.lstrip("/"), "cgroup.procs"), "rb") as f:
+                pids = f.read().decode("ascii", "replace").split()
+        except OSError:
+            continue
+        if pids and all(p in ours or _comm(p) == "skb-warm\n" for p in pids):
+            return True
+    return False
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def memory_room(cgroup_file, root, pid):
     """(bytes left under the tightest memory limit of this process's cgroup and its ancestors, None); the
     use is v2's memory.current or v1's usage_in_bytes less the inactive page cache, which the kernel
@@ -132,12 +162,27 @@ class Call:
 
 
 def _holder(child_main, report):
-    """In the holder, a fork of the server: fork the child, leave the session, report, wait, report."""
+    """In the holder, a fork of the server: fork the child, leave the session, report, wait, report.
+
+    The child starts only once its holder has left the session (a pipe says so): a child that joined the
+    caller's process group while its parent was still in the session, in another group, kept that group
+    from being orphaned, and its end then had the kernel hang up the whole group when it had a stopped
+    member (the runtime too, review 15; WARM.md row 10). A pool spare's holder runs at nice 19, so that
+    moment could be long."""
     me = os.getpid()
+    left_r, left_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:
+        os.close(left_w)
+        left = os.read(left_r, 1)
+        os.close(left_r)
+        if not left:          # the holder ended without leaving the session: never take a call
+            os._exit(1)
         child_main(me)  # never returns
+    os.close(left_r)
     os.setsid()   # (after the fork: the child stays in the caller's session, its parent does not)
+    os.write(left_w, b"L")
+    os.close(left_w)
     adopt.close_all_but([report])
     os.write(report, struct.pack("<I", pid))
     while True:

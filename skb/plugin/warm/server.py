@@ -166,8 +166,7 @@ class Server:
         self.sock_id = _ident(os.stat(path, dir_fd=self.dir, follow_symlinks=False))
         self.sock.listen(128)
         self.sock.setblocking(False)
-        self.children.lowers = spare.priority_comes_back()
-        return None
+        self.children.lowers = spare.priority_comes_back()    # (then None: nothing keeps it from serving)
 
     def failpoint(self):
         """A test's failpoint for this server's next spares: the name in ``<key>.failpoint`` in the
@@ -496,14 +495,16 @@ class Server:
         if not self.children.calls:
             alone = self.alone_in()
             if alone:
-                return self.stop(f"no other process in its {alone} namespace (its context is gone)")
+                return self.stop(f"no other process in its {alone} (its context is gone)")
 
     def alone_in(self):
-        """'network' or 'mount' when no process but ours shares that namespace with us (a finished sandbox;
-        a caller such as `ip netns exec` that makes a mount namespace per call), else None. Other warm
+        """Where no process but ours is with us (a finished sandbox; a caller that makes a mount namespace, or a
+        cgroup, per call: `ip netns exec`; one that removes its cgroup after, review 15), else None. Warm
         servers and their spares (comm "skb-warm") do not count: two servers must not keep each other."""
         mine = {str(self.pid)} | {str(c.pid) for c in self.children.calls.values()} | \
             {str(s.pid) for s in self.children.spares}
+        if children.cgroup_alone(mine):
+            return "cgroup"
         want = {"net": _ident(os.stat("/proc/self/ns/net")), "mnt": _ident(os.stat("/proc/self/ns/mnt"))}
         for pid in os.listdir("/proc"):
             if not pid.isdigit() or pid in mine:
@@ -518,7 +519,7 @@ class Server:
                     continue
             if not want:
                 return None
-        return "network" if "net" in want else "mount"
+        return "network namespace" if "net" in want else "mount namespace"
 
     def status(self):
         def median(i, q=0.5):
@@ -584,9 +585,8 @@ def serve(argv, run, applets):
     if why:
         server.log(f"not serving: {why}")
         os._exit(1)
-    # Everything a call can import, imported once here: the children start with it (and the pages are
-    # shared until written). Plugin modules only read their environment when called; the modules they
-    # import only on some paths, they name (LATE_IMPORTS).
+    # Everything a call can import, imported once here: the children start with it, its pages shared until
+    # written. Plugin modules read their environment only when called, and name their late imports.
     for module in server.applets.values():
         for name in getattr(__import__(module, fromlist=["main"]), "LATE_IMPORTS", ()):
             __import__(name)

@@ -13,50 +13,24 @@ What the ADD needed from the node is reported, not done: sysctls it changed in t
 value on the node differs (forwarding off: pods would get no traffic beyond the node). Links the DEL
 left behind in the scratch node are reported as leftovers.
 """
-import errno
-import json
 import os
-import select
-import signal
 import tempfile
-import time
 
 from skb.cni.errors import CNIError
-from skb.tool import libcni
+from skb.tool import libcni, scratch_node
 from skb.tool.libcni.aside import AsideExec
 from skb.linux import scratch_netns
-from skb.linux.files import write_all
 from skb.linux.netlink import RtNetlink
 from skb.tool.doctor.findings import Finding
 from skb.tool.doctor.reservations import host_local_stores
 
 CRI_ARGS = "IgnoreUnknown=1;K8S_POD_NAMESPACE=skb-doctor;K8S_POD_NAME=probe;K8S_POD_INFRA_CONTAINER_ID={cid}"
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-MS_RDONLY = 1
-MS_REMOUNT = 32
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-REPLY_LIMIT = 1 << 20
 # node sysctls a pod network's ADD may need: read on the node, and in the scratch node before and after
 SYSCTL_DIRS = ("net/ipv4/conf/all", "net/ipv4/conf/default", "net/ipv6/conf/all", "net/ipv6/conf/default")
 SYSCTL_FILES = ("net/ipv4/ip_forward",)
 NEEDS = {"net.ipv4.ip_forward": ("IPv4 forwarding is off on the node", "forwarding-off"),
          "net.ipv4.conf.all.forwarding": ("IPv4 forwarding is off on the node", "forwarding-off"),
          "net.ipv6.conf.all.forwarding": ("IPv6 forwarding is off on the node", "forwarding-off")}
-
-
-class Isolation(Exception):
-    """The probe cannot keep the node unchanged; the message says what could not be isolated."""
-
-
-def _mount(source, target, fstype, flags, data=None):
-    enc = (lambda s: s.encode() if s is not None else None)
-    try:
-        scratch_netns.libc("mount")(enc(source), enc(target), enc(fstype), flags, enc(data))
-    except OSError as e:
-        raise Isolation(f"cannot mount {fstype or 'over'} {target}: {os.strerror(e.errno)}") from None
 
 
 def read_sysctls():
@@ -119,46 +93,12 @@ def _links():
         return sorted(link.name for link in nl.link_list())
 
 
-def _scratch_node(scratch):
-    """Enter a new netns and mount namespace; a private tmpfs on ``scratch`` for namespaces and state."""
-    try:
-        scratch_netns.libc("unshare")(CLONE_NEWNS | CLONE_NEWNET)
-    except OSError as e:
-        raise Isolation("cannot create the scratch node's namespaces (needs root): "
-                        f"{os.strerror(e.errno)}") from None
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    with RtNetlink(label="the scratch node") as nl:
-        nl.link_set_up("lo")                 # a node's lo is up
-    try:
-        _mount("sysfs", "/sys", "sysfs", 0)   # /sys/class/net of the scratch node
-    except Isolation:
-        pass
-    _mount("skb-probe", scratch, "tmpfs", 0, "mode=0755")
-
-
-def _isolate(path, scratch, n):
-    """Cover ``path`` (or its nearest existing ancestor) with an overlay whose writes go to the scratch tmpfs;
-    read-only again when the directory is on a read-only mount (an ADD must fail as on the node)."""
-    at = os.path.abspath(path)
-    while not os.path.isdir(at):
-        at = os.path.dirname(at)
-    if at == "/" or any(c in at for c in ",:\\") or scratch.startswith(at.rstrip("/") + "/"):
-        raise Isolation(f"cannot isolate {path}: its nearest existing directory is {at}")
-    upper, work = os.path.join(scratch, f".state{n}", "upper"), os.path.join(scratch, f".state{n}", "work")
-    os.makedirs(upper)
-    os.makedirs(work)
-    read_only = os.statvfs(at).f_flag & os.ST_RDONLY
-    _mount("skb-probe", at, "overlay", 0, f"lowerdir={at},upperdir={upper},workdir={work}")
-    if read_only:       # the plugins must fail there as they would on the node
-        _mount(None, at, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-
-
 def _child(view, netconf, opts, scratch):
     """The probe proper, in the scratch node: a JSON-able report."""
-    _scratch_node(scratch)
+    scratch_node.enter(scratch, "skb-probe")
     stores = [os.path.dirname(store) for _n, store in host_local_stores([netconf])]
     for n, d in enumerate(dict.fromkeys(stores)):
-        _isolate(d, scratch, n)
+        scratch_node.isolate(d, scratch, n, "skb-probe")
     before, links_before = read_sysctls(), _links()
     name = scratch_netns.unique_name("skb-probe")
     path = scratch_netns.add(name, scratch)
@@ -191,66 +131,8 @@ def _child(view, netconf, opts, scratch):
 # the parent: fork, wait (bounded), turn the report into findings
 
 def _run_child(view, netconf, opts, scratch):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setpgid(0, 0)
-            try:
-                reply = _child(view, netconf, opts, scratch)
-            except Isolation as e:
-                reply = {"skipped": str(e)}
-            except (scratch_netns.NetnsAdminError, CNIError, OSError) as e:
-                reply = {"skipped": str(e)}
-            except BaseException as e:     # the child must always answer and exit
-                reply = {"skipped": f"{type(e).__name__}: {e}"}
-            write_all(w, json.dumps(reply).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
     allowed = 2 * opts.probe_timeout * max(1, len(netconf.plugins)) + 30
-    deadline = time.monotonic() + allowed
-    chunks, size = [], 0
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                raise TimeoutError
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > REPLY_LIMIT:
-                raise TimeoutError
-    except TimeoutError:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        return {"skipped": f"the probe did not finish within {allowed:.0f} s; it was killed"}
-    finally:
-        os.close(r)
-        _reap(pid)
-    try:
-        return json.loads(b"".join(chunks) or b"{}")
-    except ValueError:
-        return {"skipped": "the probe ended without a report"}
-
-
-def _reap(pid):
-    while True:
-        try:
-            os.waitpid(pid, 0)
-            return
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue
-        except OSError as e:
-            if e.errno != errno.EINTR:
-                return
+    return scratch_node.run(lambda: _child(view, netconf, opts, scratch), allowed, "the probe")
 
 
 def probe(view, netconf, opts, findings):

@@ -9,6 +9,11 @@ import tempfile
 
 from skb.cni.netconf import fold
 from skb.tool.libcni import rawexec
+from skb.tool.libcni.errors import LibcniError
+
+class TooDeep(ValueError):
+    """A configuration nested too deep to read here, which a plugin may still read: the call is not made."""
+
 
 # Keys of a plugin's stdin that name a file the call appends its own record to (any spelling Go's
 # decoder folds to them: the plugins read keys so).
@@ -33,7 +38,9 @@ def _top_pairs(text):
         return dict(pairs)
     try:
         obj = json.loads(text, object_pairs_hook=hook)
-    except (ValueError, RecursionError, TypeError):
+    except RecursionError:      # (a plugin may still read it, and its record files: fail closed)
+        raise TooDeep("its configuration is nested too deep to find the files it appends its record to") from None
+    except (ValueError, TypeError):
         return None
     return seen[-1] if isinstance(obj, dict) else None
 
@@ -75,7 +82,10 @@ class AsideExec(rawexec.RawExec):
         tmpdir = tempfile.mkdtemp(prefix="skb-aside-")
         try:
             env = dict(environ)
-            text, _keys = divert_records(stdin.decode("utf-8", "surrogateescape"), env, tmpdir)
+            try:
+                text, _keys = divert_records(stdin.decode("utf-8", "surrogateescape"), env, tmpdir)
+            except TooDeep as e:
+                raise LibcniError(f"not run: {e}") from None
             return super().exec_plugin(path, text.encode("utf-8", "surrogateescape"), env)
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
