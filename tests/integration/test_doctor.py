@@ -462,8 +462,9 @@ def test_leaked_reservations_and_the_gc_fix(skb, setup):
 def test_leak_fix_without_gc_support_names_the_files(skb, setup):
     store = _store(setup, "pods", "1.0.0", setup.tmp / "ipam")
     f = find(doctor(skb, setup), "leaked-reservation")[0]
-    assert f["fix"].startswith(f"skb gc pods --keep-live --conf-dir {setup.conf} --cache-dir {setup.cache} DELs "
-                               "those with a gone netns; GC of the others needs cniVersion 1.1.0"), f["fix"]
+    assert f["fix"].startswith(f"skb gc pods --keep-live --conf-dir {setup.conf} --cni-path {':'.join(setup.bins)} "
+                               f"--cache-dir {setup.cache} DELs those with a gone netns; GC of the others needs "
+                               "cniVersion 1.1.0"), f["fix"]
     assert f"rm {store}/10.66.0.2 {store}/10.66.0.9" in f["fix"]
 
 
@@ -476,13 +477,15 @@ def test_skb_gc_as_the_doctor_says_frees_the_leaks(skb, setup):
     fix = find(doctor(skb, setup), "leaked-reservation")[0]["fix"]
     command = shlex.split(fix.split(" (", 1)[0])
     assert command[:4] == ["skb", "gc", "pods", "--keep-live"] and "--cache-dir" in command, fix
+    assert "--cni-path" in command and "--conf-dir" in command, fix
     # the same gc with a cache dir that is not the runtime's (as skb gc's default was here) refuses
-    p = subprocess.run([skb, *command[1:command.index("--cache-dir")], "--cache-dir", str(setup.tmp / "elsewhere"),
-                        "--cni-path", setup.bins[0]], capture_output=True, text=True)
+    p = subprocess.run([skb, *command[1:command.index("--cache-dir")], "--cache-dir", str(setup.tmp / "elsewhere")],
+                       capture_output=True, text=True, env={"PATH": os.environ["PATH"], "CNI_PATH": "/nowhere"})
     assert p.returncode == 1 and "holds no cached attachment at all" in p.stderr and "--cache-dir" in p.stderr, p
     assert sorted(f for f in os.listdir(setup.tmp / "ipam" / "pods") if f.startswith("10.")) == \
         ["10.66.0.2", "10.66.0.3", "10.66.0.4", "10.66.0.9"]
-    p = subprocess.run([skb, *command[1:], "--cni-path", setup.bins[0]], capture_output=True, text=True)
+    p = subprocess.run([skb, *command[1:]], capture_output=True, text=True,   # as printed, whatever the env says
+                       env={"PATH": os.environ["PATH"], "CNI_PATH": "/nowhere", "NETCONFPATH": "/nowhere"})
     assert p.returncode == 0, p.stderr
     assert "leaked-reservation" not in codes(doctor(skb, setup))
     left = sorted(f for f in os.listdir(setup.tmp / "ipam" / "pods") if f.startswith("10."))

@@ -33,7 +33,7 @@ def run(opts, skip=()):
     views, runtimes = views_from(opts, findings)
     search = [d for d in os.environ.get("CNI_PATH", "").split(":") if d]
     search += [d for v in views + runtimes for d in v.bin_dirs]
-    networks_seen = []
+    networks_seen, bins = [], {}
     first_default = None
     for view in views:
         before = len(findings)
@@ -50,7 +50,8 @@ def run(opts, skip=()):
             check_status(view, networks, default, found_all, findings, statuses)
         fresh = [n for n in networks if all(n.source != m.source for m in networks_seen)]
         networks_seen += fresh
-        exhausted |= check_ipam(fresh, opts.cache_dir, findings, "leaks" not in skip)
+        bins.update((n.source, view.bin_dirs) for n in fresh)
+        exhausted |= check_ipam(fresh, opts.cache_dir, findings, "leaks" not in skip, view.bin_dirs)
         if len(views) > 1:
             for f in findings[before:]:
                 f.what = f"[{view.source}] {f.what}"
@@ -68,7 +69,7 @@ def run(opts, skip=()):
         check_warm_callers(findings)
         check_warm_off_files(search, findings)
     if "leaks" not in skip:
-        check_leaks(networks_seen, opts.cache_dir, findings, exhausted)
+        check_leaks(networks_seen, opts.cache_dir, findings, exhausted, bins)
     _fold_probe(findings)
     _fold_status(findings)
     unique, keys = [], set()

@@ -116,7 +116,7 @@ def _read_only(path):
         return None
 
 
-def check_ipam(networks, cache_dir, findings, stores=True):
+def check_ipam(networks, cache_dir, findings, stores=True, bin_dirs=()):
     """Static findings about each network's plugins and IPAM (``stores``: also the read-only and exhausted
     stores); returns the (network name, store) pairs whose exhaustion was reported (their leaks are part
     of that finding)."""
@@ -154,12 +154,12 @@ def check_ipam(networks, cache_dir, findings, stores=True):
                     "ADD fails", f"give ipam.dataDir a writable directory in {n.source}, or make {ro} writable",
                     n.source))
             for rs in sets:
-                if _exhausted(n, rs, store, cache_dir, where, findings):
+                if _exhausted(n, rs, store, cache_dir, where, findings, bin_dirs):
                     exhausted.add((n.name, store))
     return exhausted
 
 
-def _exhausted(netconf, rs, store, cache_dir, where, findings):
+def _exhausted(netconf, rs, store, cache_dir, where, findings, bin_dirs=()):
     size = rs.size
     taken = [r for r in reservations(store) if (IP.parse(r[0]) or IP(0, -1)) in rs]
     if size <= 0 or len(taken) < size:
@@ -169,7 +169,7 @@ def _exhausted(netconf, rs, store, cache_dir, where, findings):
         evidence = (f"{len(leaked)} of them leaked (no runtime will release them): "
                     + "; ".join(f"{ip} (container {cid}: {why})" for ip, cid, _i, _p, why, _a in leaked[:5])
                     + ("; ..." if len(leaked) > 5 else ""))
-        fix = gc_fix(netconf, leaked, cache_dir)
+        fix = gc_fix(netconf, leaked, cache_dir, bin_dirs)
     else:
         evidence = "none of them is leaked: every reservation has a live attachment"
         fix = f"give {rs.where} more addresses, or run fewer pods on this node"

@@ -125,8 +125,9 @@ def host_local_stores(networks):
     return out
 
 
-def check_leaks(networks, cache_dir, findings, reported=()):
-    """``reported``: (network, store) pairs whose leaks a range-exhausted finding names already."""
+def check_leaks(networks, cache_dir, findings, reported=(), bins=None):
+    """``reported``: (network, store) pairs whose leaks a range-exhausted finding names already; ``bins``:
+    {a network's source: the plugin dirs of the runtime that loads it}."""
     for netconf, store in host_local_stores(networks):
         if (netconf.name, store) in reported:
             continue
@@ -136,7 +137,7 @@ def check_leaks(networks, cache_dir, findings, reported=()):
         shown = "; ".join(f"{ip} (container {cid}, {ifname or 'no ifname'}: {why})"
                           for ip, cid, ifname, _p, why, _a in leaked[:5])
         more = f"; and {len(leaked) - 5} more" if len(leaked) > 5 else ""
-        fix = gc_fix(netconf, leaked, cache_dir)
+        fix = gc_fix(netconf, leaked, cache_dir, (bins or {}).get(netconf.source, ()))
         results = os.path.join(cache_dir, "results")
         if not (os.path.isdir(results) and os.listdir(results)):
             more += (f"; {results} holds no cached result at all: if the runtime keeps its libcni cache elsewhere, "
@@ -147,18 +148,21 @@ def check_leaks(networks, cache_dir, findings, reported=()):
             f"{shown}{more}; store {store}, cache {os.path.join(cache_dir, 'results')}", fix, store))
 
 
-def gc_fix(netconf, leaked, cache_dir=libcni.DEFAULT_CACHE_DIR):
+def gc_fix(netconf, leaked, cache_dir=libcni.DEFAULT_CACHE_DIR, bin_dirs=()):
     """How to free ``leaked`` (leaked_reservations' entries): skb gc --keep-live reaches the plugins only
     at cniVersion 1.1.0 or later; before, it DELs the cached attachments, and the rest is removed by hand.
-    The command names the conf dir and the cache dir the doctor read, where they are not skb gc's defaults:
-    run with others, it would find no network, or no live attachment, and so free the live pods' too."""
+    The command names the conf dir, the plugin dirs and the cache dir the doctor read (the cache dir where
+    it is not skb gc's default): run with others (NETCONFPATH, CNI_PATH), it would find no network, other
+    plugins, or no live attachment, and so free the live pods' too."""
     gc_can = libcni.speaks_1_1(netconf.cni_version)
     uncached = [p for _ip, _c, _i, p, why, att in leaked if att is None]
     files = f"rm {' '.join(shlex.quote(p) for p in uncached[:5])}{' ...' if len(uncached) > 5 else ''}"
     gc = f"skb gc {shlex.quote(netconf.name)} --keep-live"
     conf_dir = os.path.dirname(netconf.source) if netconf.source else ""
-    if conf_dir and os.path.normpath(conf_dir) != os.path.normpath(libcni.DEFAULT_CONF_DIR):
+    if conf_dir:
         gc += f" --conf-dir {shlex.quote(conf_dir)}"
+    if bin_dirs:
+        gc += f" --cni-path {shlex.quote(':'.join(bin_dirs))}"
     if cache_dir and os.path.normpath(cache_dir) != os.path.normpath(libcni.DEFAULT_CACHE_DIR):
         gc += f" --cache-dir {shlex.quote(cache_dir)}"
     if gc_can:
