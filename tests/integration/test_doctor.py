@@ -712,7 +712,9 @@ def test_runtime_config_read_by_default(skb, setup, tmp_path):
     assert out["checked"][0]["binDirs"] == [str(empty)]
     f = find(out, "plugin-elsewhere")[0]
     assert f["what"] == f'plugin "loopback" (plugin) is not where containerd looks: it is in {setup.bins[0]}'
-    assert f"add {setup.bins[0]} to bin_dir in [plugins.\"io.containerd.grpc.v1.cri\".cni]" in f["fix"]
+    # (bin_dir holds one directory: "add" was a fix no one could follow, review 15)
+    assert f"set bin_dir in [plugins.\"io.containerd.grpc.v1.cri\".cni]" in f["fix"], f["fix"]
+    assert f" to {setup.bins[0]} (it holds one directory)" in f["fix"], f["fix"]
     assert "plugin-missing" not in codes(out)
 
 

@@ -231,7 +231,8 @@ def test_plugins_installed_elsewhere_are_one_finding(skb, setup, bin_dir, tmp_pa
     out = doctor(skb, setup, dirs=False, env=dict(os.environ, CNI_PATH=bin_dir))
     f = find(out, "plugin-elsewhere")
     assert len(f) == 1 and f[0]["what"] == f'plugins "ptp", "host-local" are not where containerd looks: they are in {bin_dir}'
-    assert f[0]["fix"].startswith(f"add {bin_dir} to bin_dir in") and "install ptp host-local into" in f[0]["fix"]
+    assert f[0]["fix"].startswith("set bin_dir in") and f" to {bin_dir} (it holds one directory)" in f[0]["fix"]
+    assert "install ptp host-local into" in f[0]["fix"]
 
 
 @pytest.mark.kernel

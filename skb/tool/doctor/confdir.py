@@ -272,13 +272,14 @@ def check_shadowing(view, loaded, findings):
         chosen = loaded[0]
         if not chosen.netconf:
             findings.append(Finding("error", "no-config", f"the pod network file {os.path.basename(chosen.path)} "
-                                    "does not load", "it is the first file by name, the one containerd uses",
+                                    "does not load", "it is the first file by name, the one the runtime uses",
                                     "fix it (see the finding above)", chosen.path))
             return None
     findings.append(Finding("note", "default-network",
                             f'pod network: "{chosen.netconf.name}" from {os.path.basename(chosen.path)}',
                             f"{view.source}'s cni_default_network" if view.default_network else
-                            "the first configuration file by name, as containerd's CRI picks it", "",
+                            "the first configuration file by name, as "
+                            + (f"{view.source} picks it" if view.is_runtime() else "containerd and CRI-O pick it"), "",
                             chosen.path))
     # libcni's lookup by name: .conflist files first, then .conf/.json, each by name
     order = sorted(good, key=lambda e: (libcni.go_ext(e.path) != ".conflist", os.path.basename(e.path)))

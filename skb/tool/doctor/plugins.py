@@ -77,7 +77,9 @@ def _elsewhere(view, at, items, source):
                 f"they are in {at}")
         evidence = (f"{view.source} looks in [{dirs}] ({view.origin}), and finds none of them there; used by "
                     + "; ".join(sorted({w for _t, _r, w, _f in items})))
-    fix = (f"add {at} to {setting} and restart {view.source}" if view.is_runtime() else f"add {at} to {setting}")
+    single = setting == "bin_dir" or setting.startswith("bin_dir ")     # (containerd 1.x: one directory)
+    change = f"set {setting} to {at} (it holds one directory)" if single else f"add {at} to {setting}"
+    fix = f"{change} and restart {view.source}" if view.is_runtime() else change
     fix += f", or install {' '.join(names)} into {view.bin_dirs[0]}" if view.bin_dirs else ""
     return Finding("error", "plugin-elsewhere", what, evidence, fix, source)
 
