@@ -260,7 +260,7 @@ int proof_of_reading(pid_t pid, const char *key, unsigned char *secret)
 static int ident(int dirfd, const char *path, int flags, struct stat *st)
 {
     unsigned char sx[256];
-    if (syscall(SYS_statx, dirfd, path, flags | 0x2000 /* AT_STATX_DONT_SYNC */,
+    if (syscall(SYS_statx, dirfd, path, flags | 0x4000 /* AT_STATX_DONT_SYNC */,
                 0x1 | 0x100 /* STATX_TYPE | STATX_INO */, sx) != 0)
         return errno == ENOSYS ? fstatat(dirfd, path, st, flags) : -1;
     memset(st, 0, sizeof(*st));
@@ -290,8 +290,9 @@ static unsigned long long root_mount(const int *fixed)
 {
     unsigned char sx[256];
     memset(sx, 0, sizeof(sx));
-    if (syscall(SYS_statx, fixed ? fixed[1] : AT_FDCWD, fixed ? "" : "/", (fixed ? AT_EMPTY_PATH : 0) | 0x2000,
-                0x1000 /* STATX_MNT_ID */, sx) != 0 || !(*(uint32_t *)sx & 0x1000))
+    if (syscall(SYS_statx, fixed ? fixed[1] : AT_FDCWD, fixed ? "" : "/",
+                (fixed ? AT_EMPTY_PATH : 0) | 0x4000 /* AT_STATX_DONT_SYNC */, 0x1000 /* STATX_MNT_ID */, sx) != 0 ||
+        !(*(uint32_t *)sx & 0x1000))
         return 0;
     return *(unsigned long long *)(sx + 144); /* stx_mnt_id */
 }

@@ -101,3 +101,50 @@ def test_a_runtime_with_a_stopped_job_is_never_hung_up(wbin, warm):
             h.wait()
     assert rt.returncode == 0, f"the runtime ended with {rt.returncode} ({rt.stderr[-300:]})"
     assert rt.stdout.strip() == "failed 0", rt.stdout
+
+
+FUSE_STUB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuse_stub.py")
+
+
+@pytest.mark.parametrize("where", ["cwd", "fd3"])
+def test_a_callers_file_system_that_does_not_answer_holds_no_warm_call(wbin, tmp_path, where):
+    """The caller's cwd, or an fd it passes, on a FUSE (or network) file system whose server has stopped
+    answering: an exec'd plugin never looks at them and answers at once; the warm path's snapshot read
+    their identity with fstat, which waited on the server, unkillable (review 15)."""
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse on this machine")
+    mnt, flag = tmp_path / "fuse", tmp_path / "hold"
+    mnt.mkdir()
+    daemon = subprocess.Popen([sys.executable, FUSE_STUB, str(mnt), str(flag)])
+    held = []
+    try:
+        wait_for(lambda: os.path.ismount(mnt) or daemon.poll() is not None, "the FUSE mount")
+        if daemon.poll() is not None:
+            pytest.skip("cannot mount a FUSE file system here")
+        kw = {"cwd": str(mnt)}
+        if where == "fd3":
+            f = os.open(mnt / "f", os.O_RDONLY)
+            os.dup2(f, 3)
+            os.close(f)
+            kw = {"pass_fds": (3,)}
+        flag.write_text("1" if where == "cwd" else "2")
+        exe = os.path.join(wbin, "loopback")
+        for label, extra in (("exec", COLD), ("warm", {})):
+            p = subprocess.Popen([exe], env=cni_env("VERSION", **extra), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+            try:
+                out, _err = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                held.append(label)
+                continue
+            assert p.returncode == 0 and b"supportedVersions" in out, (label, p.returncode, out)
+    finally:
+        if where == "fd3":
+            try:
+                os.close(3)
+            except OSError:
+                pass
+        daemon.kill()           # (frees any call still held, so that it can end)
+        daemon.wait()
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    assert held == [], f"held on the file system that does not answer: {held}"
