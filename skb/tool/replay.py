@@ -324,7 +324,8 @@ def replay(rec, plugin, opts):
         if node:
             out, cleanup_note, scratch = _in_scratch_node(plugin, env, stdin, old_ns if wanted else None, opts)
             env["CNI_NETNS"] = scratch or env.get("CNI_NETNS", "")
-            note += "; the plugin's host side was a scratch node, so nothing it did reached the node"
+            note += ("; the plugin's host side was a scratch node (a netns of its own; /var/lib/cni, /run/cni "
+                     "and the dataDirs of its configuration covered), so nothing it did there reached the node")
         else:
             out = _run(plugin, env, stdin, opts.timeout)
             if scratch and command == "ADD":
@@ -409,15 +410,15 @@ def _run(plugin, env, stdin, timeout):
 def _in_scratch_node(plugin, env, stdin, old_ns, opts):
     """The call (and an ADD's DEL) in a scratch node: (its outcome, the DEL's note, the scratch netns or
     None). ``old_ns``: the recorded netns a scratch one replaces, or None to keep it (a gone one). Every
-    dataDir its configuration names and /var/lib/cni are overlays there; warm start stays off (no server
+    dataDir its configuration names and scratch_node.COVERED are overlays there; warm start stays off (no server
     in a node about to vanish). ReplayError when the node cannot be isolated so."""
-    dirs = ["/var/lib/cni"] + data_dirs(stdin)
+    dirs = data_dirs(stdin)
     root = tempfile.mkdtemp(prefix="skb-replay-node-")
 
     def inside():
         scratch_node.enter(root, "skb-replay")
-        for n, d in enumerate(dict.fromkeys(dirs)):
-            scratch_node.isolate(d, root, n, "skb-replay")
+        for n, d in enumerate(dict.fromkeys(list(scratch_node.COVERED) + dirs)):
+            scratch_node.isolate(d, root, n, "skb-replay", required=d in dirs)
         e, text, pod = dict(env, SKB_WARM="0"), stdin, None
         if old_ns is not None:
             pod = scratch_netns.add(scratch_netns.unique_name("skb-replay"), root)

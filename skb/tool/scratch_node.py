@@ -1,8 +1,9 @@
 """A scratch node: a forked child with a network namespace and a mount namespace of its own, where plugins
 run as on a node without changing it (the doctor's --probe, a replay). Whatever a plugin does to "the
 host" there (veth ends, bridges, routes, sysctls such as net.ipv4.ip_forward, masquerade rules) vanishes
-with the child; directories it writes (host-local's dataDir, /var/lib/cni) are covered by overlays whose
-writes go to a private tmpfs: the node's files stay visible, none is changed. Where a directory cannot be
+with the child; the directories it writes (host-local's dataDir, /var/lib/cni, /run/cni, where Go's
+tuning keeps its backups) are covered by overlays whose writes go to a private tmpfs: the
+node's files stay visible, none is changed. A plugin that writes elsewhere still reaches the node. Where a directory cannot be
 isolated so, nothing runs and the reason is the answer."""
 import errno
 import json
@@ -24,6 +25,9 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 REPLY_LIMIT = 1 << 20
+# What plugins write besides the dataDirs their configurations name (libcni's cache and host-local's
+# default store; Go tuning's /run/cni, iptables' lock): covered in every scratch node.
+COVERED = ("/var/lib/cni", "/run/cni")
 
 
 class Isolation(Exception):
@@ -56,13 +60,19 @@ def enter(scratch, label="skb-scratch"):
     _mount(label, scratch, "tmpfs", 0, "mode=0755")
 
 
-def isolate(path, scratch, n, label="skb-scratch"):
+def isolate(path, scratch, n, label="skb-scratch", required=True):
     """Cover ``path`` (or its nearest existing ancestor) with an overlay whose writes go to the scratch tmpfs;
-    read-only again when the directory is on a read-only mount (an ADD must fail as on the node)."""
+    read-only again when the directory is on a read-only mount (an ADD must fail as on the node). Not
+    ``required`` (one of COVERED): nothing where it cannot be covered."""
     at = os.path.abspath(path)
     while not os.path.isdir(at):
         at = os.path.dirname(at)
-    if at == "/" or any(c in at for c in ",:\\") or scratch.startswith(at.rstrip("/") + "/"):
+    if not required and (at == "/" or scratch.startswith(at.rstrip("/") + "/")):
+        return
+    if scratch.startswith(at.rstrip("/") + "/"):
+        raise Isolation(f"cannot isolate {path}: the scratch node's own directory {scratch} is under {at} "
+                        "(set TMPDIR to a directory elsewhere)")
+    if at == "/" or any(c in at for c in ",:\\"):
         raise Isolation(f"cannot isolate {path}: its nearest existing directory is {at}")
     upper, work = os.path.join(scratch, f".state{n}", "upper"), os.path.join(scratch, f".state{n}", "work")
     os.makedirs(upper)
@@ -71,6 +81,10 @@ def isolate(path, scratch, n, label="skb-scratch"):
     _mount(label, at, "overlay", 0, f"lowerdir={at},upperdir={upper},workdir={work}")
     if read_only:       # the plugins must fail there as they would on the node
         _mount(None, at, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    try:                # a cwd at or under the covered directory still names what is under the mount
+        os.chdir(os.getcwd())
+    except OSError:
+        pass
 
 
 def run(fn, allowed, what):

@@ -80,3 +80,20 @@ def test_hooks_nested_at_any_depth_never_run_without_live(skb, bin_dir, tmp_path
     p = run(skb, "replay", str(log), "--cni-path", bin_dir)
     assert p.returncode == 2 and "--live" in p.stderr, p.stderr
     assert not pwned.exists()
+
+
+def test_a_relative_data_dir_under_the_replays_cwd_stays_in_the_scratch_node(skb, tmp_path):
+    """Covered by an overlay, the cwd itself (where a relative dataDir resolves) kept naming the directory
+    under the mount: Go's host-local wrote its store there, on the node (review 15)."""
+    if not os.path.exists(os.path.join(GO_BIN_DIR, "host-local")):
+        pytest.skip("no Go host-local")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    conf = {"cniVersion": "1.0.0", "name": "mynet", "type": "host-local",
+            "ipam": {"type": "host-local", "subnet": "10.9.0.0/24", "dataDir": "state"}}
+    log = write_records(tmp_path / "calls.jsonl", dict(record("ADD", conf, "/run/netns/skb-gone-44"),
+                                                      plugin="host-local"))
+    p = subprocess.run([skb, "replay", str(log), "--json", "--plugin", os.path.join(GO_BIN_DIR, "host-local")],
+                       cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert json.loads(p.stdout)["replayed"]["exitCode"] == 0, p.stdout + p.stderr
+    assert tree(str(cwd)) == []

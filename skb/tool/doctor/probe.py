@@ -4,9 +4,9 @@ A diagnostic never changes the node it diagnoses. The probe runs in a forked chi
 itself a network namespace and a mount namespace of its own: the "scratch node". Its plugins run there,
 so whatever they do to "the host" (a veth end, routes, sysctls such as ``net.ipv4.ip_forward``,
 masquerade rules) happens in the scratch node and vanishes with it. The files they keep are isolated too:
-the netns dir is a private tmpfs, and every host-local ``dataDir`` the network names is covered by an
-overlay whose writes go to that tmpfs (the node's reservations stay visible, none is added or advanced).
-When a directory cannot be isolated, the probe is skipped and says why. Its calls record themselves
+the netns dir is a private tmpfs, and /var/lib/cni, /run/cni and every host-local ``dataDir`` the network
+names are covered by an overlay whose writes go to that tmpfs (the node's reservations stay visible, none
+is added or advanced). When a directory cannot be isolated, the probe is skipped and says why. Its calls record themselves
 nowhere (the debug log, a debug plugin's captureFile and cniOutput go to a temporary directory).
 
 What the ADD needed from the node is reported, not done: sysctls it changed in the scratch node whose
@@ -97,8 +97,8 @@ def _child(view, netconf, opts, scratch):
     """The probe proper, in the scratch node: a JSON-able report."""
     scratch_node.enter(scratch, "skb-probe")
     stores = [os.path.dirname(store) for _n, store in host_local_stores([netconf])]
-    for n, d in enumerate(dict.fromkeys(stores)):
-        scratch_node.isolate(d, scratch, n, "skb-probe")
+    for n, d in enumerate(dict.fromkeys(list(scratch_node.COVERED) + stores)):
+        scratch_node.isolate(d, scratch, n, "skb-probe", required=d in stores)
     before, links_before = read_sysctls(), _links()
     name = scratch_netns.unique_name("skb-probe")
     path = scratch_netns.add(name, scratch)
