@@ -206,3 +206,21 @@ def slow_debug_call(bindir, tmp_path, ms, netns, extra=None, name="slow"):
     env = cni_env("ADD", netns=f"/run/netns/{netns}", containerid=name, path=bindir, **(extra or {}))
     return subprocess.Popen([os.path.join(bindir, "debug")], env=env, stdin=fin, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
+
+
+def calls_in_cgroup(exe, cg, n=3):
+    """``n`` VERSION calls of ``exe`` from processes that join the cgroup ``cg`` first, each warm and exec'd:
+    the same answers."""
+    def join():
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    for _ in range(n):
+        w = subprocess.run([exe], env=cni_env("VERSION"), capture_output=True, preexec_fn=join)
+        c = subprocess.run([exe], env=cni_env("VERSION", **COLD), capture_output=True, preexec_fn=join)
+        assert (w.returncode, w.stdout) == (c.returncode, c.stdout) and w.returncode == 0, w
+
+
+def server_logs():
+    """What every server's log under WARM_DIR says, together."""
+    return "".join(open(os.path.join(WARM_DIR, n), errors="replace").read() for n in os.listdir(WARM_DIR)
+                   if n.endswith(".log"))

@@ -19,8 +19,9 @@ import time
 import pytest
 
 from tests.helpers import cni_env, run_plugin
-from tests.warm.support import (COLD, LOOPBACK, WARM_DIR, Caller, ask, ensure_server, install_copy, pid_gone, refused, served,
-                                servers, settled, slow_debug_call, stop_servers, the_server, wait_for)
+from tests.warm.support import (COLD, LOOPBACK, WARM_DIR, Caller, ask, calls_in_cgroup, ensure_server, install_copy, pid_gone,
+                                refused, served, server_logs, servers, settled, slow_debug_call, stop_servers, the_server,
+                                wait_for)
 
 pytestmark = [pytest.mark.frozen, pytest.mark.kernel]
 
@@ -1631,18 +1632,9 @@ def test_no_server_where_the_callers_memory_cgroup_has_no_room_for_it(wbin):
     server now starts only with 64 MiB of room left; the calls there go by exec, with the exec'd answers."""
     cg = _memory_cgroup(f"skb-test-{os.getpid()}", 48 << 20)
     try:
-        def join():
-            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        exe = os.path.join(wbin, "loopback")
-        for _ in range(3):
-            w = subprocess.run([exe], env=cni_env("VERSION"), capture_output=True, preexec_fn=join)
-            c = subprocess.run([exe], env=cni_env("VERSION", **COLD), capture_output=True, preexec_fn=join)
-            assert (w.returncode, w.stdout) == (c.returncode, c.stdout) and w.returncode == 0, w
-        said = lambda: "".join(open(os.path.join(WARM_DIR, n)).read() for n in os.listdir(WARM_DIR)
-                               if n.endswith(".log"))
-        wait_for(lambda: "its memory cgroup has" in said(), "the server's refusal in its log")
-        assert "below 64 MiB" in said()
+        calls_in_cgroup(os.path.join(wbin, "loopback"), cg)
+        wait_for(lambda: "its memory cgroup has" in server_logs(), "the server's refusal in its log")
+        assert "below 64 MiB" in server_logs()
     finally:   # (a server that did start there, on a build without the check, must not keep it alive)
         for pid in open(os.path.join(cg, "cgroup.procs")).read().split():
             try:

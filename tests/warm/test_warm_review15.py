@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tests.helpers import cni_env
-from tests.warm.support import COLD, WARM_DIR, wait_for
+from tests.warm.support import COLD, calls_in_cgroup, server_logs, wait_for
 
 
 def _pids_cgroup(name):
@@ -40,17 +40,8 @@ def test_a_cgroup_made_for_a_call_can_be_removed_after_it(wbin):
     lifecycle check once no process but its own is in its cgroup."""
     cg = _pids_cgroup(f"skb-test-call-{os.getpid()}")
     try:
-        def join():
-            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        exe = os.path.join(wbin, "loopback")
-        for _ in range(3):
-            w = subprocess.run([exe], env=cni_env("VERSION"), capture_output=True, preexec_fn=join)
-            c = subprocess.run([exe], env=cni_env("VERSION", **COLD), capture_output=True, preexec_fn=join)
-            assert (w.returncode, w.stdout) == (c.returncode, c.stdout) and w.returncode == 0, w
-        logs = lambda: "".join(open(os.path.join(WARM_DIR, n), errors="replace").read()
-                               for n in os.listdir(WARM_DIR) if n.endswith(".log"))
-        wait_for(lambda: "no other process in its cgroup" in logs() and not _procs(cg),
+        calls_in_cgroup(os.path.join(wbin, "loopback"), cg)
+        wait_for(lambda: "no other process in its cgroup" in server_logs() and not _procs(cg),
                  "the server of that cgroup to end, and the cgroup to empty", 30)
         os.rmdir(cg)
     finally:
@@ -106,7 +97,7 @@ def test_a_runtime_with_a_stopped_job_is_never_hung_up(wbin, warm):
 FUSE_STUB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuse_stub.py")
 
 
-@pytest.mark.parametrize("where", ["cwd", "fd3"])
+@pytest.mark.parametrize("where", ["cwd", "fd"])
 def test_a_callers_file_system_that_does_not_answer_holds_no_warm_call(wbin, tmp_path, where):
     """The caller's cwd, or an fd it passes, on a FUSE (or network) file system whose server has stopped
     answering: an exec'd plugin never looks at them and answers at once; the warm path's snapshot read
@@ -116,17 +107,15 @@ def test_a_callers_file_system_that_does_not_answer_holds_no_warm_call(wbin, tmp
     mnt, flag = tmp_path / "fuse", tmp_path / "hold"
     mnt.mkdir()
     daemon = subprocess.Popen([sys.executable, FUSE_STUB, str(mnt), str(flag)])
-    held = []
+    held, f = [], None
     try:
         wait_for(lambda: os.path.ismount(mnt) or daemon.poll() is not None, "the FUSE mount")
         if daemon.poll() is not None:
             pytest.skip("cannot mount a FUSE file system here")
         kw = {"cwd": str(mnt)}
-        if where == "fd3":
-            f = os.open(mnt / "f", os.O_RDONLY)
-            os.dup2(f, 3)
-            os.close(f)
-            kw = {"pass_fds": (3,)}
+        if where == "fd":
+            f = os.open(mnt / "f", os.O_RDONLY)     # (whatever its number: never over one of pytest's own)
+            kw = {"pass_fds": (f,)}
         flag.write_text("1" if where == "cwd" else "2")
         exe = os.path.join(wbin, "loopback")
         for label, extra in (("exec", COLD), ("warm", {})):
@@ -139,11 +128,8 @@ def test_a_callers_file_system_that_does_not_answer_holds_no_warm_call(wbin, tmp
                 continue
             assert p.returncode == 0 and b"supportedVersions" in out, (label, p.returncode, out)
     finally:
-        if where == "fd3":
-            try:
-                os.close(3)
-            except OSError:
-                pass
+        if f is not None:
+            os.close(f)
         daemon.kill()           # (frees any call still held, so that it can end)
         daemon.wait()
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
