@@ -1,13 +1,12 @@
 """The node's network configuration: rendered from a template with the pod CIDRs, checked to be a
 conflist, and written atomically where libcni will load it first (see ``skb.install``)."""
-import errno
 import ipaddress
 import json
 import os
 import re
 import stat
 
-from skb.install.files import (CONF_TMP_INFIX, InstallError, DirLock, say,
+from skb.install.files import (CONF_TMP_INFIX, InstallError, DirLock, read_regular, say,
                                write_file_atomically)
 
 CONF_EXTENSIONS = (".conf", ".conflist", ".json")  # what libcni loads from a conf dir
@@ -141,40 +140,6 @@ def check_conflist(conf, source):
 
 def conf_bytes(conf):
     return (json.dumps(conf, indent=2) + "\n").encode()
-
-
-def network_name_of(path):
-    """The ``name`` of the network configured in ``path``, or None when it cannot be read as one."""
-    return read_network(path)[0]
-
-
-# No network configuration comes near this; a log file that sorts first might (read whole, it could take
-# the installer's container past its memory limit, at every --wait round).
-CONF_READ_LIMIT = 4 << 20
-
-
-def read_regular(path):
-    """The bytes of ``path`` (symbolic links followed, as the runtime follows them), or None when it is not a
-    regular file: opened without waiting, so a FIFO put at a config's name never holds the installer (nor
-    its --wait loop, nor the lock it holds on the conf dir). OSError as open() raises it (IsADirectoryError
-    for a directory), and EFBIG for a file over CONF_READ_LIMIT."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        chunks, size = [], 0
-        while size <= CONF_READ_LIMIT and (chunk := os.read(fd, 1 << 16)):
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > CONF_READ_LIMIT:
-            raise OSError(errno.EFBIG, f"larger than {CONF_READ_LIMIT >> 20} MiB, which no network configuration is",
-                          path)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def read_network(path):
@@ -314,9 +279,10 @@ def uninstall_config(conf_dir, conf_name, network=None, force=False, log=print):
         if not os.path.lexists(target):
             say(log, f"uninstall: {target} already gone")
             return False
-        other = network_name_of(target)
+        other, why = read_network(target)
         if network is not None and other != network and not force:
-            raise InstallError(f"{target} holds network {other!r}, not {network!r}: refusing to remove it "
+            held = f"holds network {other!r}" if other else f"is {why}"
+            raise InstallError(f"{target} {held}, not {network!r}: refusing to remove it "
                                "(--force to remove it anyway)")
         os.unlink(target)
         os.fsync(dfd)

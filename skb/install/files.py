@@ -1,5 +1,6 @@
 """The suite's files in a bin dir: the bundle's MANIFEST, our launchers, and durable writes (a temporary
 file fsync'd, then renamed). Errors are ``InstallError``. Standard library only (see ``skb.install``)."""
+import errno
 import fcntl
 import hashlib
 import os
@@ -70,6 +71,35 @@ def manifest_lines(top):
         else:
             lines.append(f"{sha256_file(path)} {stat.S_IMODE(st.st_mode):o} {rel}")
     return lines
+
+
+# No network configuration comes near this; a log file that sorts first might (read whole, it could take
+# the installer's container past its memory limit, at every --wait round).
+CONF_READ_LIMIT = 4 << 20
+
+
+def read_regular(path, limit=None, what="network configuration"):
+    """The bytes of ``path`` (symbolic links followed, as the runtime follows them), or None when it is not a
+    regular file: opened without waiting, so a FIFO put at a config's name never holds the installer (nor
+    its --wait loop, nor the lock it holds on the conf dir). OSError as open() raises it (IsADirectoryError
+    for a directory), and EFBIG for a file over ``limit`` (default CONF_READ_LIMIT)."""
+    limit = CONF_READ_LIMIT if limit is None else limit
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB, which no {what} is", path)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def verify(bundle_dir):

@@ -8,6 +8,7 @@ name included: the certificate holds the service address), the ServiceAccount's 
 token (read again for every request: a projected token is rotated). The request is ``GET
 /api/v1/nodes/<name>``: the ClusterRole in deploy/daemonset.yaml grants only ``get`` on nodes.
 """
+import errno
 import http.client
 import json
 import os
@@ -15,7 +16,7 @@ import ssl
 import time
 import urllib.parse
 
-from skb.install.files import InstallError
+from skb.install.files import InstallError, read_regular
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MAX_BODY = 4 << 20          # a Node object is a few KB; managedFields can make it tens
@@ -28,8 +29,10 @@ class Retry(InstallError):
 
 def _read(path, what):
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
+        data = read_regular(path, 1 << 20, f"ServiceAccount {what}")
+        if data is None:
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return data.decode("utf-8", "replace").strip()
     except OSError as e:
         raise InstallError(f"cannot read the ServiceAccount's {what} {path}: {e.strerror} (is the pod's "
                            "ServiceAccount token mounted? automountServiceAccountToken must not be false)") from None
@@ -52,7 +55,7 @@ def get_node(name, sa_dir=SA_DIR, environ=os.environ, timeout=10.0):
     token = _read(os.path.join(sa_dir, "token"), "token")
     ca = os.path.join(sa_dir, "ca.crt")
     try:
-        ctx = ssl.create_default_context(cafile=ca)
+        ctx = ssl.create_default_context(cadata=_read(ca, "CA certificate"))
     except (OSError, ssl.SSLError) as e:
         raise InstallError(f"cannot load the cluster's CA certificate {ca}: {e}") from None
     where = f"the Kubernetes API at {host}:{port}"

@@ -8,8 +8,8 @@ import time
 from skb.applets import APPLETS
 from skb.install.conflist import (DEFAULT_CONF_DIR, DEFAULT_CONF_NAME, DEFAULT_NETWORK, DEFAULT_TEMPLATE,
                                   VAR_RE, conf_bytes, config_conflicts, install_config, parse_pod_cidrs,
-                                  render, template_values, uninstall_config, check_conf_name, check_mtu, read_regular)
-from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, os_error_text, say
+                                  render, template_values, uninstall_config, check_conf_name, check_mtu)
+from skb.install.files import DEFAULT_BIN_DIR, LINK, InstallError, os_error_text, read_regular, say
 from skb.install import node
 from skb.install.suite import install_suite, suite_installed, uninstall_suite
 from skb.tool.argtypes import positive_seconds, seconds
@@ -147,27 +147,34 @@ def _mtu(opts, log):
     return str(node.DEFAULT_MTU)
 
 
+def _read_text(path, what, kind):
+    """A file given on the command line, as text: a regular file of at most 4 MiB, read without waiting (a
+    FIFO or /dev/zero there held the installer, or took it past its memory limit)."""
+    try:
+        data = read_regular(path, what=kind)
+        if data is None:
+            raise InstallError(f"cannot read {what} {path}: not a regular file")
+        return data.decode("utf-8")
+    except OSError as e:
+        raise InstallError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise InstallError(f"cannot read {what} {path}: not UTF-8 text (byte {e.start})") from None
+
+
 def _rendered_config(opts, log=None, stop=()):
     """The conflist dict this node gets, from the template and the pod CIDR sources. ``stop``: the signals
     --wait has caught; one caught while the API is asked again ends the wait (a pod's grace period is
     shorter than --api-wait)."""
     if opts.template:
-        try:
-            with open(opts.template, encoding="utf-8") as f:
-                template, source = f.read(), opts.template
-        except OSError as e:
-            raise InstallError(f"cannot read the template {opts.template}: {e.strerror}") from None
+        template, source = _read_text(opts.template, "the template", "template"), opts.template
     else:
         template, source = DEFAULT_TEMPLATE, "the built-in template"
     cidrs = []
     if opts.pod_cidr:
         cidrs = parse_pod_cidrs(",".join(opts.pod_cidr), "--pod-cidr")
     elif opts.pod_cidr_file:
-        try:
-            with open(opts.pod_cidr_file, encoding="utf-8") as f:
-                cidrs = parse_pod_cidrs(f.read(), opts.pod_cidr_file)
-        except OSError as e:
-            raise InstallError(f"cannot read the pod CIDR file {opts.pod_cidr_file}: {e.strerror}") from None
+        cidrs = parse_pod_cidrs(_read_text(opts.pod_cidr_file, "the pod CIDR file", "pod CIDR file"),
+                                opts.pod_cidr_file)
     elif os.environ.get("SKB_POD_CIDR", "").strip():
         cidrs = parse_pod_cidrs(os.environ["SKB_POD_CIDR"], "SKB_POD_CIDR")
     elif opts.pod_cidr_from_api:

@@ -24,6 +24,7 @@ from skb.tool.style import Style, fail
 from skb.linux import scratch_netns
 from skb.tool import doctor
 from skb.tool import libcni
+from skb.tool.libcni import rawexec
 from skb.tool import replay
 from skb.tool import log
 from skb.tool import explain
@@ -185,9 +186,6 @@ def _cmd_run(opts):
     prog = f"skb {verb}"
     style = Style.for_stream(sys.stderr, opts.color)
     cni = None
-    if opts.timeout:
-        # A plugin with a timeout runs in a group of its own (rawexec): a stop of ours ends that group too.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         cni, conf_dir = runner_from(opts)
         if verb in ("add", "check", "del") and not opts.netns:
@@ -404,6 +402,11 @@ def main(argv):
     if opts.cmd == "netns" and opts.action in ("add", "del") and not opts.names:
         parser.commands["netns"].error(f"netns {opts.action} needs at least one NAME, "
                                        f"e.g. skb netns {opts.action} blue")
+    # A plugin run with a timeout (the runner's --timeout, the doctor's own calls) leads a process group of its
+    # own, which a signal to ours no longer reaches: however we end, those groups end with us. (SIGKILL
+    # aside, as for a runtime's exec'd plugin.) A command may set its own handlers (install --wait).
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
     try:
         return opts.func(opts)
     except KeyboardInterrupt:
@@ -413,3 +416,5 @@ def main(argv):
             raise
         return fail(f"skb {opts.cmd}", f"internal error: {type(e).__name__}: {e} (this is a bug in skb-cni; "
                                        "SKB_TRACEBACK=1 shows where)", opts)
+    finally:
+        rawexec.kill_all()

@@ -169,3 +169,28 @@ def test_a_source_listing_world_writable_modes_installs_at_most_755(skb, node, t
     os.chmod(victim, 0o777)
     assert install(skb, node, ext).returncode == 0
     assert stat.S_IMODE(os.stat(victim).st_mode) == 0o755
+
+
+@pytest.mark.parametrize("flag", ["--template", "--pod-cidr-file"])
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_file_given_on_the_command_line_is_read_bounded_and_without_waiting(skb, node, tmp_path, flag, kind):
+    """--template /dev/zero took the installer to 7.9 GB in 4 s; a FIFO held it for ever (review 15)."""
+    path = tmp_path / "given"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink("/dev/zero", path)
+    cidr = None if flag == "--pod-cidr-file" else "10.244.1.0/24"
+    r = install(skb, node, node.v1, flag, str(path), cidr=cidr)
+    assert r.returncode == 1 and f"{path}: not a regular file" in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(node.conf, CONF))
+
+
+def test_uninstall_names_why_the_file_at_our_name_is_not_ours(skb, node):
+    """It said the file "holds network None"."""
+    assert install(skb, node, node.v1).returncode == 0
+    with open(os.path.join(node.conf, CONF), "w") as f:
+        f.write('{"cniVersion": "1.0.0", "name": "skb", "plugins": [')
+    r = subprocess.run([skb, "uninstall", "--bin-dir", node.bin, "--conf-dir", node.conf], capture_output=True,
+                       text=True, env={"PATH": os.environ["PATH"]}, timeout=60)
+    assert r.returncode == 1 and "is invalid JSON at line 1" in r.stderr and "None" not in r.stderr, r.stderr

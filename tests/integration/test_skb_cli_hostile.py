@@ -117,3 +117,40 @@ def test_a_timeout_ends_the_plugins_children_too(skb, node, tmp_path, then):
     p = run(skb, "add", "h", "/run/netns/none", *flags, "--timeout", "1")
     assert p.returncode == 1 and "signal: killed (no answer within 1 s)" in p.stderr, p.stderr
     assert _processes(b"4321") == [], "the plugin's child outlived skb add"
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT", "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("command", ["status", "doctor"])
+def test_a_signal_to_skb_ends_the_plugins_it_runs_with_a_timeout(skb, node, tmp_path, sig, command):
+    """A plugin run with a timeout (the runner's --timeout, the doctor's own calls) leads a group of its own,
+    which a terminal's hang-up, ^\\ or ^C to skb's group no longer reaches: skb ended and the plugin ran on
+    (review 15)."""
+    import signal
+    import time
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "hangs").write_text("#!/bin/sh\ntrap '' TERM\nsleep 4322\n")
+    (plugins / "hangs").chmod(0o755)
+    node.write("10-h.conflist", {"cniVersion": "1.1.0", "name": "h", "plugins": [{"type": "hangs"}]})
+    if command == "status":
+        args = ["status", "h", "--conf-dir", str(node.conf), "--cni-path", str(plugins), "--timeout", "60"]
+    else:
+        args = ["doctor", "--conf-dir", str(node.conf), "--bin-dir", str(plugins), "--containerd-config=",
+                "--crio-config=", "--crio-config-dir=", "--cache-dir", str(node.cache)]
+    p = subprocess.Popen([skb, *args], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _processes(b"4322") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes(b"4322"), "the plugin never started"
+        os.killpg(p.pid, getattr(signal, sig))
+        p.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _processes(b"4322") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes(b"4322") == [], f"the plugin outlived skb {command} after {sig}"
+    finally:
+        p.kill()
+        p.wait()
+        for pid in _processes(b"4322"):
+            os.kill(int(pid), 9)

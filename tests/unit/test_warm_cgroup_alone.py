@@ -44,3 +44,10 @@ def test_other_warm_servers_do_not_count(tmp_path):
     me = str(os.getpid())
     cgfile, root = layout(tmp_path, ["0::/x"], {"x": f"200\n{me}\n"})
     assert not children.cgroup_alone({"200"}, cgfile, root)
+
+
+def test_v2_beside_v1_on_a_hybrid_host(tmp_path):
+    """The 0:: line's cgroup is under unified/ there: it was read under the root, found nowhere, and a
+    server never ended in a v2 cgroup made for one call (review 15)."""
+    cgfile, root = layout(tmp_path, ["8:pids:/", "0::/call"], {"pids": "1\n200\n", "unified/call": "200\n"})
+    assert children.cgroup_alone({"200"}, cgfile, root)

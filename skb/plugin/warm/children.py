@@ -52,14 +52,18 @@ def cgroup_alone(ours, cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup"):
         return False
     for line in lines:
         _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
-        top = root if controllers == "" else os.path.join(root, controllers.split(",")[0].replace("name=", ""))
-        try:
-            with open(os.path.join(top, path.lstrip("/"), "cgroup.procs"), "rb") as f:
-                pids = f.read().decode("ascii", "replace").split()
-        except OSError:
-            continue
-        if pids and all(p in ours or _comm(p) == "skb-warm\n" for p in pids):
-            return True
+        # (v2 at the root, or beside v1 at unified/ on a hybrid host, review 15)
+        tops = [root, os.path.join(root, "unified")] if controllers == "" else \
+            [os.path.join(root, controllers.split(",")[0].replace("name=", ""))]
+        for top in tops:
+            try:
+                with open(os.path.join(top, path.lstrip("/"), "cgroup.procs"), "rb") as f:
+                    pids = f.read().decode("ascii", "replace").split()
+            except OSError:
+                continue
+            if pids and all(p in ours or _comm(p) == "skb-warm\n" for p in pids):
+                return True
+            break
     return False
 
 

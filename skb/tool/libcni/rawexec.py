@@ -56,6 +56,7 @@ def spawn(path, argv, env, stdin, timeout=None):
                 time.sleep(1)
                 continue
             raise
+        _LIVE.add(p.pid)
         try:
             out, err = p.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -71,7 +72,22 @@ def spawn(path, argv, env, stdin, timeout=None):
         except BaseException:                   # ^C, SIGTERM: the plugin's group ends with us
             _kill_group(p)
             raise
+        finally:
+            _LIVE.discard(p.pid)
         return p.returncode, out, err
+
+
+# The process groups of the plugins running now with a timeout (their leaders not reaped yet, so no other
+# group can have their number): kill_all() ends them when skb ends, whichever thread started them.
+_LIVE = set()
+
+
+def kill_all():
+    for pgid in list(_LIVE):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _kill_group(p):
