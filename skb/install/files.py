@@ -112,16 +112,17 @@ def verify(bundle_dir):
     return _safe_modes(want) == manifest_lines(bundle_dir)
 
 
+def _file_mode(line):
+    """(digest, mode, relative path) of a MANIFEST line naming a file, its mode at most 755 (never writable
+    by others, never set-id); None for a link or a line that is not one."""
+    digest, mode, rel = (line.split(" ", 2) + ["", ""])[:3]
+    return (digest, int(mode, 8) & 0o755, rel) if digest != "link" and re.fullmatch(r"[0-7]{1,4}", mode) else None
+
+
 def _safe_modes(lines):
-    """MANIFEST lines with each mode as an install sets it (``copy_tree_durably``: at most 755): what an
-    installed bundle must hold exactly (a file made writable by others since is altered, and repaired)."""
-    out = []
-    for line in lines:
-        digest, mode, rel = (line.split(" ", 2) + ["", ""])[:3]
-        if digest != "link" and re.fullmatch(r"[0-7]{1,4}", mode):
-            line = f"{digest} {int(mode, 8) & 0o755:o} {rel}"
-        out.append(line)
-    return out
+    """MANIFEST lines with each mode as an install sets it (``copy_tree_durably``): what an installed bundle
+    must hold exactly (a file made writable by others since is altered, and repaired)."""
+    return [f"{f[0]} {f[1]:o} {f[2]}" if (f := _file_mode(line)) else line for line in lines]
 
 
 def staged_bundle(src):
@@ -234,12 +235,7 @@ def _manifest_modes(bundle_dir):
             lines = f.read().splitlines()
     except OSError:
         return {}
-    modes = {}
-    for line in lines:
-        digest, mode, rel = (line.split(" ", 2) + ["", ""])[:3]
-        if digest != "link" and re.fullmatch(r"[0-7]{1,4}", mode):
-            modes[rel] = int(mode, 8) & 0o755     # never writable by others, never set-id
-    return modes
+    return {f[2]: f[1] for f in map(_file_mode, lines) if f}
 
 
 def replace_file(src, dest_dir, name):

@@ -16,7 +16,7 @@ import time
 import stat
 
 from skb.tool import argtypes
-from skb.tool.style import Style, fail
+from skb.tool.style import Style, fail, visible
 from skb.linux.files import kind_name
 from skb.tool.doctor.files import BadFile, open_regular
 
@@ -69,17 +69,6 @@ def parse_text_records(text):
 
 
 
-def visible(text, keep="\n\t"):
-    """``text`` with every character a terminal would act on (escape sequences, carriage returns, C1 and
-    bidirectional controls) written as an escape (``\\x1b``), but those in ``keep``: a record is untrusted
-    input and never reaches the terminal raw."""
-    if not isinstance(text, str):
-        text = "" if text is None else str(text)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
-
-
 def stdout_closed():
     """After BrokenPipeError (``skb log | head -1``): stdout points at /dev/null, so that nothing more is
     written to the closed pipe (not even at exit). Returns the exit status for it, a shell's for SIGPIPE."""
@@ -130,7 +119,7 @@ def _one_line(v):
 def _block(v):
     """A multi-line field: escaped as ``_one_line``'s but tabs and newlines, its later lines indented
     (never at the start of a line, where a record's number is)."""
-    return visible(_s(v).strip()).replace("\n", "\n      ")
+    return visible(_s(v).strip(), "\n\t").replace("\n", "\n      ")
 
 
 def trace_of(rec):

@@ -74,8 +74,7 @@ from skb.linux import scratch_netns
 from skb.tool import log
 from skb.tool.argtypes import positive_seconds, record_number
 from skb.tool.doctor.files import BadFile
-from skb.tool.log import visible
-from skb.tool.style import Style
+from skb.tool.style import Style, visible
 
 _USES_NETNS = ("ADD", "CHECK", "DEL")
 MAX_WIDTH = 400      # columns of the side-by-side view at most, whatever COLUMNS says

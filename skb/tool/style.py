@@ -43,9 +43,12 @@ class Style:
 
 
 def visible(text, keep=""):
-    """``text`` with every character a terminal would act on, but those in ``keep``, written as an escape
-    (``\x1b``, ``\n``...): what a plugin, a record or a file put in a message can neither move the cursor
-    nor set the clipboard (OSC 52), nor, in one-line output, start a line of its own."""
+    """``text`` with every character a terminal would act on (escape sequences, carriage returns, C1 and
+    bidirectional controls), but those in ``keep``, written as an escape (``\x1b``, ``\n``...): what a
+    plugin, a record or a file put in a message can neither move the cursor nor set the clipboard (OSC 52),
+    nor, in one-line output, start a line of its own. Not text: its str() (None: nothing)."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)

@@ -68,6 +68,6 @@ def test_hooks_are_found_in_any_spelling_at_any_depth():
 
 
 def test_control_characters_are_made_visible():
-    from skb.tool.log import visible
-    assert visible("a\x1b]52;c;x\x07\r\x9b\u202e\tb\nc") == "a\\x1b]52;c;x\\x07\\r\\x9b\\u202e\tb\nc"
+    from skb.tool.style import visible
+    assert visible("a\x1b]52;c;x\x07\r\x9b\u202e\tb\nc", "\n\t") == "a\\x1b]52;c;x\\x07\\r\\x9b\\u202e\tb\nc"
     assert visible("a\tb\n", "") == "a\\tb\\n" and visible(None) == "" and visible("plain é") == "plain é"
