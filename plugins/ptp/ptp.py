@@ -228,10 +228,12 @@ def _configure_host(hnl, host, addrs):
             hnl.route_add(f"{a.ip}/{a.host_bits}", oif=host.index, scope=RT_SCOPE_HOST)
         except Exists:
             # The reference ignores this and leaves a pod whose traffic the node sends elsewhere.
-            raise CNIError(INTERNAL, f"address {a.ip} is already in use on the host",
-                           f"the host already routes {a.ip}/{a.host_bits} to another interface (another network "
-                           "with an overlapping range, or a leftover of an attachment that was never deleted)"
-                           ) from None
+            # (A unicast route in the main table is refused before anything is made: hostclash; this is
+            # one of another type, e.g. blackhole, or one added meanwhile.)
+            raise CNIError(INVALID_CONFIG, f"pod address {a.ip} is already in use on the node: the host "
+                                           f"already has a route to {a.ip}/{a.host_bits}",
+                           "another network with an overlapping range, or a leftover of an attachment that was "
+                           "never deleted; nothing was left changed. `ip route show table all` names it") from None
 
 
 def _enable_forwarding(addrs):

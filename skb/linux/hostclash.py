@@ -22,7 +22,7 @@ import _struct
 from skb.cni.errors import CNIError, INVALID_CONFIG
 from skb.linux.netlink import NetlinkError
 from skb.linux.netlink_codec import (AF_INET, AF_INET6, IFA_ADDRESS, IFA_LABEL, IFA_LOCAL, IFLA_EXT_MASK,
-                                     IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINK_NETNSID, RTA_GATEWAY, RTA_NH_ID,
+                                     IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINK_NETNSID, RTA_DST, RTA_GATEWAY, RTA_NH_ID,
                                      RTA_VIA, RTEXT_FILTER_SKIP_STATS, RTM_GETADDR, RTM_GETLINK, RTM_GETNEXTHOP,
                                      RTM_GETROUTE, RTN_UNICAST, RT_TABLE_MAIN, _IFADDR, _IFINFO, _RTMSG, _cstr,
                                      attr_u32, cidr, decode_link, decode_nexthop, decode_route, ifinfomsg,
@@ -37,6 +37,7 @@ _PTP_LABEL = _RTA.pack(17, IFA_LABEL) + b"veth"          # IFA_LABEL of a 12-cha
 _VETH_KIND = _RTA.pack(9, IFLA_INFO_KIND) + b"veth\0"
 _PEER_NETNS = _RTA.pack(8, IFLA_LINK_NETNSID)
 _USES_OBJECT = _RTA.pack(8, RTA_NH_ID)[:3]          # without its last, zero, byte: a needle ending in 0 is slow
+_EMPTY_ROUTE = bytes(_RTMSG.size)
 _ERRNO_NO_NEXTHOPS = (95, 22, 97)   # EOPNOTSUPP, EINVAL, EAFNOSUPPORT: a kernel without nexthop objects
 
 
@@ -82,12 +83,13 @@ class Held:
 
 
 class Hop:
-    """A host route whose next hop is an address the ADD wants; ``route`` says it as ``ip route`` would."""
+    """A host route whose next hop is an address the ADD wants (or, ``dest``, a main-table route to that very
+    address: ptp's own host route to a pod could not be added); ``route`` says it as ``ip route`` would."""
 
-    __slots__ = ("family", "packed", "route")
+    __slots__ = ("family", "packed", "route", "dest")
 
-    def __init__(self, family, packed, route):
-        self.family, self.packed, self.route = family, packed, route
+    def __init__(self, family, packed, route, dest=False):
+        self.family, self.packed, self.route, self.dest = family, packed, route, dest
 
 
 def clashes(wanted, held, hops):
@@ -101,8 +103,9 @@ def clashes(wanted, held, hops):
                 break
         else:
             for hop in hops:
-                if (hop.family, hop.packed) == (family, packed):
-                    out.append((role, text, f"it is the next hop of the host route {hop.route}"))
+                if (hop.family, hop.packed) == (family, packed) and (role == "address" or not hop.dest):
+                    what = "the destination" if hop.dest else "the next hop"
+                    out.append((role, text, f"it is {what} of the host route {hop.route}"))
                     break
     return out
 
@@ -283,9 +286,33 @@ def _hops(nl, family, targets, names, via=()):
     """Routes of ``family`` (every table) whose next hop is one of the packed addresses in ``targets``
     (or, for IPv4 routes, an IPv6 gateway in ``via``): by RTA_GATEWAY, RTA_VIA or an RTA_MULTIPATH hop,
     found by their encoded bytes, or by a nexthop object (``ip route ... nhid N``, looked up only when a
-    route uses one). Only unicast routes have a next hop: the kernel is asked to leave out the others."""
+    route uses one); then the main table's routes to one of them alone (a /32 or /128, ``dest``). Only
+    unicast routes are read: the kernel is asked to leave out the others."""
     blob = b"".join(nl.dump_raw(RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, RTN_UNICAST, 0), "routes",
                                 strict=True))
+    return _next_hops(nl, blob, targets, names, via) + _destinations(nl, blob, family, targets, names)
+
+
+def _destinations(nl, blob, family, targets, names):
+    """Main-table routes to a pod address of ``targets`` alone (a leftover of an attachment never deleted,
+    another network's route to a pod): the kernel would refuse ptp's own host route to it. Each address is
+    searched for as its whole encoded RTA_DST (a node's ptp host routes share their first bytes)."""
+    out, bits = [], 32 if family == AF_INET else 128
+    for packed in [p for p, role in targets.items() if role == "address"]:
+        needle = _needle(RTA_DST, packed)
+        pos = blob.find(needle)
+        while pos >= 0:
+            route = decode_route(_body_at(blob, pos) or _EMPTY_ROUTE)
+            if route.dst_len == bits and route.table == RT_TABLE_MAIN and route.dst_packed == packed:
+                via = f" via {route.gateway}" if route.gw_packed else ""
+                dev = f" dev {_name(nl, route.oif, names)}" if route.oif else ""
+                out.append(Hop(family, packed, f"{ntop(family, packed)}{via}{dev}", dest=True))
+                break
+            pos = blob.find(needle, pos + 1)
+    return out
+
+
+def _next_hops(nl, blob, targets, names, via):
     spots = [p for ps in _positions(blob, RTA_GATEWAY, targets).values() for p in ps]
     if via:
         needles = [_needle(RTA_VIA, _AF.pack(AF_INET6) + p) for p in via]
@@ -375,6 +402,11 @@ def refuse(nl, addresses):
     role, text, why = found[0]
     subnet = next(s for ip, gw, s in addresses if text in (ip, gw))
     more = "".join(f"; {r} {t} too: {w}" for r, t, w in found[1:])
+    if why.startswith("it is the destination"):
+        raise CNIError(INVALID_CONFIG, f"pod address {text} is already in use on the node: {why}",
+                       f"the node already routes {text} itself: another network whose range overlaps {subnet}, or the "
+                       f"leftover of an attachment never deleted{more}. ptp routes each pod address to its veth; nothing "
+                       "was changed. Delete that attachment (or the route), or give the network a range of its own")
     raise CNIError(INVALID_CONFIG, f"{'gateway' if role == 'gateway' else 'pod address'} {text} is already in use "
                                    f"on the node: {why}",
                    f"the range {subnet} overlaps the node's own network{more}. ptp puts the gateway on every pod's "

@@ -159,6 +159,39 @@ def test_refuses_a_pod_address_the_node_routes_through_or_holds(node, bin_dir, t
             expect)
 
 
+@pytest.mark.parametrize("setup, expect", [
+    (["route", "add", "10.244.1.7/32", "dev", "eth0"], "10.244.1.7 dev eth0"),
+    (["route", "add", "10.244.1.7/32", "via", "10.244.1.1", "metric", "100"], "10.244.1.7 via 10.244.1.1 dev eth0"),
+])
+def test_refuses_a_pod_address_the_node_already_routes_before_making_anything(node, bin_dir, tmp_path, setup, expect):
+    """A main-table route to the pod address itself (another network's, or a leftover of an attachment never
+    deleted): refused before IPAM's reservation stays, the veth is made or anything else changes, code 7.
+    (It used to be found only when the kernel refused ptp's own host route: code 999, after the veth.)"""
+    node.ip(node.ns, *setup)
+    pod = node.pod()
+    before = node.state()
+    data_dir = str(tmp_path / "ipam")
+    rng = {"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.7", "rangeEnd": "10.244.1.9", "gateway": "10.244.1.200"}
+    rc, out, err = run(node, os.path.join(bin_dir, "ptp"), "ADD", conf(data_dir, rng), pod)
+    assert rc == 1 and out["code"] == 7, (out, err)
+    assert out["msg"] == ("pod address 10.244.1.7 is already in use on the node: it is the destination of the host "
+                          f"route {expect}"), out
+    assert "leftover of an attachment never deleted" in out["details"] and "nothing was changed" in out["details"]
+    assert node.state() == before
+    assert [x["ifname"] for x in ip_json("link", "show", netns=pod)] == ["lo"]
+    assert reservations(data_dir, "pods") == {}
+
+
+def test_a_route_to_the_pod_address_in_another_table_is_not_refused(node, bin_dir, tmp_path):
+    """Only the main table's routes stand in the way of ptp's host route; a policy table's is the node's."""
+    node.ip(node.ns, "route", "add", "10.244.1.7/32", "dev", "eth0", "table", "100")
+    pod = node.pod()
+    rng = {"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.7", "rangeEnd": "10.244.1.9", "gateway": "10.244.1.200"}
+    rc, out, err = run(node, os.path.join(bin_dir, "ptp"), "ADD", conf(str(tmp_path / "ipam"), rng), pod)
+    assert rc == 0, (out, err)
+    assert node.route_to("10.244.1.7")["dev"].startswith("veth")
+
+
 def test_refuses_a_gateway_held_by_a_veth_that_is_not_a_ptp_host_end(node, bin_dir, tmp_path):
     """Named like a ptp host end, but holding the gateway with a /24 and its peer on the node: not one."""
     node.ip(node.ns, "link", "add", "veth0000abcd", "type", "veth", "peer", "name", "other0")

@@ -264,3 +264,23 @@ def test_read_raw_recognises_the_end_and_an_interruption():
     with pytest.raises(Exception) as e:
         client._read_raw(1)
     assert e.value.err == 95
+
+
+def test_a_main_table_route_to_a_pod_address_alone_clashes_only_as_a_pod_address():
+    """A /32 route to the pod address in the main table: ptp's own host route could not be added."""
+    routes = [route_msg(V4, a4("10.244.1.9"), 32, oif=2),                          # the clash
+              route_msg(V4, a4("10.244.1.1"), 32, oif=2),                          # to the gateway: its own case
+              route_msg(V4, a4("10.244.1.9"), 32, oif=2, table=100),               # another table
+              route_msg(V4, a4("10.244.1.9"), 31, oif=2)]                          # not the address alone
+    fake = FakeNetlink(routes=routes, links={2: ("eth0", "veth", None)})
+    _held, hops = hc.read(fake, WANTED)
+    assert [(h.route, h.dest) for h in hops] == [("10.244.1.9 dev eth0", True)]
+    assert hc.clashes(WANTED, [], hops) == [("address", "10.244.1.9",
+                                             "it is the destination of the host route 10.244.1.9 dev eth0")]
+    gw_only = [("gateway", *POD, "10.244.1.9")]
+    assert hc.clashes(gw_only, [], hops) == []
+    with pytest.raises(CNIError) as e:
+        hc.refuse(fake, [("10.244.1.9", "10.244.1.1", "10.244.1.0/24")])
+    assert e.value.code == 7 and "leftover of an attachment never deleted" in e.value.details
+    fake = FakeNetlink(routes=routes[1:], links={2: ("eth0", "veth", None)})
+    hc.refuse(fake, [("10.244.1.9", "10.244.1.1", "10.244.1.0/24")])
