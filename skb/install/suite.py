@@ -20,9 +20,10 @@ def install_suite(src, dest, log=print, old_bundle_wait=5.0):
     changed = False
     with DirLock(dest) as dfd:
         # Leftovers of an install that was killed (we hold the lock: nobody else is using them).
-        for entry in os.listdir(dest):
+        for entry in sorted(os.listdir(dest)):
             if entry.startswith(TMP_PREFIX):
                 remove_any(os.path.join(dest, entry))
+                say(log, f"install: removed {os.path.join(dest, entry)} (left by an install that did not finish)")
 
         # 1. The bundle, under its versioned name, made complete before it gets that name.
         final = os.path.join(dest, name)
@@ -48,6 +49,9 @@ def install_suite(src, dest, log=print, old_bundle_wait=5.0):
         link = os.path.join(dest, LINK)
         previous = os.readlink(link) if os.path.islink(link) else None
         if not (os.path.islink(link) and os.readlink(link) == name):
+            if os.path.lexists(link) and not os.path.islink(link):
+                say(log, f"install: replacing {link}: it was a {'directory' if os.path.isdir(link) else 'file'}, "
+                         f"not the link to the bundle in use")
             if os.path.isdir(link) and not os.path.islink(link):
                 os.rename(link, os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.olddir"))
             tmp = os.path.join(dest, f"{TMP_PREFIX}{os.getpid()}.link")

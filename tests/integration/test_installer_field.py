@@ -194,3 +194,26 @@ def test_uninstall_names_why_the_file_at_our_name_is_not_ours(skb, node):
     r = subprocess.run([skb, "uninstall", "--bin-dir", node.bin, "--conf-dir", node.conf], capture_output=True,
                        text=True, env={"PATH": os.environ["PATH"]}, timeout=60)
     assert r.returncode == 1 and "is invalid JSON at line 1" in r.stderr and "None" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_what_the_installer_replaces_or_clears_in_the_bin_dir_is_logged(skb, node, kind):
+    """A regular file or a directory at the .skb link's name, and an earlier install's leftovers, were
+    replaced or removed without a word (review 15b)."""
+    os.makedirs(node.bin)
+    link = os.path.join(node.bin, ".skb")
+    if kind == "file":
+        with open(link, "w") as f:
+            f.write("an operator's note\n")
+    else:
+        os.mkdir(link)
+    leftover = os.path.join(node.bin, ".skb-tmp.4242.link")
+    os.symlink("nowhere", leftover)
+    r = install(skb, node, node.v1)
+    assert r.returncode == 0, r.stderr
+    assert f"install: replacing {link}: it was a {kind}, not the link to the bundle in use" in r.stderr, r.stderr
+    assert f"install: removed {leftover} (left by an install that did not finish)" in r.stderr, r.stderr
+    assert os.readlink(link) == os.readlink(os.path.join(node.v1, ".skb"))
+    assert not os.path.lexists(leftover)
+    r = install(skb, node, node.v1)
+    assert r.returncode == 0 and "replacing" not in r.stderr and "did not finish" not in r.stderr, r.stderr
