@@ -24,7 +24,7 @@ from skb.tool.style import Style, fail
 from skb.linux import scratch_netns
 from skb.tool import doctor
 from skb.tool import libcni
-from skb.tool.libcni import rawexec
+from skb.tool.libcni import aside, rawexec
 from skb.tool import replay
 from skb.tool import log
 from skb.tool import explain
@@ -418,3 +418,4 @@ def main(argv):
                                        "SKB_TRACEBACK=1 shows where)", opts)
     finally:
         rawexec.kill_all()
+        aside.remove_all()

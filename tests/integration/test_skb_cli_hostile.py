@@ -137,7 +137,10 @@ def test_a_signal_to_skb_ends_the_plugins_it_runs_with_a_timeout(skb, node, tmp_
     else:
         args = ["doctor", "--conf-dir", str(node.conf), "--bin-dir", str(plugins), "--containerd-config=",
                 "--crio-config=", "--crio-config-dir=", "--cache-dir", str(node.cache)]
-    p = subprocess.Popen([skb, *args], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen([skb, *args], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "TMPDIR": str(tmp)})
     try:
         deadline = time.monotonic() + 30
         while not _processes(b"4322") and time.monotonic() < deadline:
@@ -149,6 +152,8 @@ def test_a_signal_to_skb_ends_the_plugins_it_runs_with_a_timeout(skb, node, tmp_
         while _processes(b"4322") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _processes(b"4322") == [], f"the plugin outlived skb {command} after {sig}"
+        # and the dirs its calls' records went to are gone with it (the doctor's calls run in threads)
+        assert os.listdir(tmp) == [], os.listdir(tmp)
     finally:
         p.kill()
         p.wait()

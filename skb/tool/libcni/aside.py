@@ -80,6 +80,7 @@ class AsideExec(rawexec.RawExec):
 
     def exec_plugin(self, path, stdin, environ):
         tmpdir = tempfile.mkdtemp(prefix="skb-aside-")
+        _DIRS.add(tmpdir)
         try:
             env = dict(environ)
             try:
@@ -89,3 +90,15 @@ class AsideExec(rawexec.RawExec):
             return super().exec_plugin(path, text.encode("utf-8", "surrogateescape"), env)
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
+            _DIRS.discard(tmpdir)
+
+
+# The temporary dirs of calls in flight: a call in a thread of the doctor's is not unwound when skb ends on
+# a signal (sys.exit in the main thread), so main's end removes what is left (remove_all).
+_DIRS = set()
+
+
+def remove_all():
+    for tmpdir in list(_DIRS):
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        _DIRS.discard(tmpdir)
