@@ -116,6 +116,21 @@ class NetNS:
         return f"NetNS({self.path!r}, fd={self.fd})"
 
 
+def gone(path):
+    """True when ``path`` names no network namespace any more: it does not exist, or it is something else (the
+    empty file a namespace was mounted on, left by a crash or a reboot). What cannot be told (no permission)
+    is not gone: callers keep a pod they cannot judge."""
+    try:
+        NetNS.open(path).close()
+        return False
+    except NetNSNotFound:
+        return True
+    except CNIError as e:
+        return e.code == INVALID_ENV
+    except (OSError, ValueError, UnicodeError):
+        return False
+
+
 def own_netns():
     """A handle on the calling thread's current netns (the plugin's own, outside ``enter()``)."""
     return NetNS(_OWN_PATH, os.open(_OWN_PATH, _OPEN_FLAGS))

@@ -20,8 +20,8 @@ from skb.cni.errors import CNIError
 from skb.cni.netconf import SUPPORTED_VERSIONS
 from skb.tool import install
 from skb.tool.argtypes import positive_seconds
-from skb.tool.style import Style, fail
-from skb.linux import scratch_netns
+from skb.tool.style import Style, fail, visible
+from skb.linux import netns, scratch_netns
 from skb.tool import doctor
 from skb.tool import libcni
 from skb.tool.libcni import aside, rawexec
@@ -222,7 +222,7 @@ def _cmd_run(opts):
                                           "the runtime's --cache-dir (to free them all, name one attachment that "
                                           "does not exist: --valid none:none)", opts)
                     valid += [(a.container_id, a.ifname) for a in cached
-                              if a.network == netconf.name and a.netns and os.path.exists(a.netns)]
+                              if a.network == netconf.name and a.netns and not netns.gone(a.netns)]
             errors = cni.gc_list(netconf, valid)
             if errors:
                 raise libcni.LibcniError("\n".join(str(e) for e in errors))
@@ -266,14 +266,26 @@ def _netns_problem(opts):
             return f"netns name {name.encode(errors='surrogateescape')!r} is not valid UTF-8: use a plain name"
         if not scratch_netns.valid_name(name):
             return f"invalid netns name {name!r}: use a plain file name (no '/', not '.' or '..', at most 255 bytes)"
+        if opts.action == "add" and not name.isprintable():
+            return f"invalid netns name {name!r}: it holds control characters; use a plain name"
     try:
         st = os.stat(opts.run_dir)
     except FileNotFoundError:
+        if opts.action == "del" and opts.names:
+            return f"cannot remove namespace file \"{scratch_netns.path_of(opts.names[0], opts.run_dir)}\": no such file"
         return None
     except (OSError, ValueError) as e:
         return f"cannot use --run-dir {opts.run_dir!r}: {getattr(e, 'strerror', None) or e}"
     if st.st_mode & 0o170000 != 0o040000:
         return f"--run-dir {opts.run_dir!r} is not a directory: give the directory named namespaces live in"
+    if opts.action == "del":   # every name judged before any is removed: a refusal changes nothing
+        for name in opts.names:
+            path = scratch_netns.path_of(name, opts.run_dir)
+            if not os.path.lexists(path):
+                return f'cannot remove namespace file "{visible(path)}": no such file; nothing was removed'
+            if os.path.isdir(path) and not os.path.islink(path):
+                return (f'cannot remove "{visible(path)}": it is a directory, not a namespace file; nothing was '
+                        "removed")
     return None
 
 
@@ -298,7 +310,11 @@ def _cmd_netns(opts):
                 scratch_netns.delete(name, opts.run_dir)
         else:
             for name in scratch_netns.names(opts.run_dir):
-                print(name)
+                path = scratch_netns.path_of(name, opts.run_dir)
+                print(visible(name) + ("" if not netns.gone(path) else
+                                       " (not a namespace: nothing is mounted on it; skb netns del removes it)"
+                                       if os.path.isfile(path) and not os.path.isdir(path) else
+                                       " (not a namespace)"))
     except scratch_netns.NetnsAdminError as e:
         return fail(f"skb netns {opts.action}", str(e), opts)
     except OSError as e:
@@ -359,7 +375,7 @@ def build_parser():
     gc.add_argument("--valid", action="append", metavar="CONTAINERID:IFNAME",
                     help="an attachment still in use (repeatable)")
     gc.add_argument("--keep-live", action="store_true",
-                    help="treat every cached attachment whose netns still exists as in use")
+                    help="treat every cached attachment whose netns is still a namespace as in use")
 
     ns = sub.add_parser("netns", parents=parents, help="scratch network namespaces (add, del, list)",
                         description="Create and delete named network namespaces, like ip netns.",

@@ -67,7 +67,6 @@ from skb.tool import scratch_node
 from skb.tool.libcni import aside
 from skb.tool.libcni.aside import AsideExec, divert_records, swap_string  # noqa: F401 (AsideExec: for the doctor)
 from skb.cni import invoke
-from skb.cni.errors import CNIError
 from skb.cni.netconf import fold
 from skb.linux import netns
 from skb.linux import scratch_netns
@@ -201,14 +200,6 @@ def choose_plugin(rec, opts):
         raise ReplayError(f"{e} (give --plugin PATH or --cni-path DIRS)") from None
 
 
-def _is_netns(path):
-    try:
-        netns.NetNS.open(path).close()
-        return True
-    except (CNIError, OSError, ValueError, UnicodeError):
-        return False
-
-
 def _jsonish(text):
     try:
         return json.loads(text) if text and text.strip() else None
@@ -280,7 +271,7 @@ def replay(rec, plugin, opts):
     refuse_unless_live(command, stdin, opts)
     old_ns = env.get("CNI_NETNS", "")
     scratch = None
-    exists = command in _USES_NETNS and bool(old_ns) and _is_netns(old_ns)
+    exists = command in _USES_NETNS and bool(old_ns) and not netns.gone(old_ns)   # (what cannot be told: kept)
     if exists and not opts.live and not opts.scratch:
         raise ReplayError(f"the recorded netns {old_ns} still exists: replaying this {command} would act on that "
                           "pod's network for real; give --scratch to replay it in a scratch netns (as a container "

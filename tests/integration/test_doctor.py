@@ -435,12 +435,13 @@ def _store(setup, network, version, data):
     store.mkdir(parents=True)
     (store / "lock").write_text("")
     (store / "last_reserved_ip.0").write_text("10.66.0.4")
-    live = setup.tmp / "live-netns"
-    live.write_text("")
+    live = "/proc/1/ns/net"      # a namespace that lives as long as the test does
+    stale = setup.tmp / "stale-netns"
+    stale.write_text("")        # what a namespace mounted on a file leaves when it goes (a crash, a reboot)
     cni = libcni.CNIConfig([], str(setup.cache))
     res = libcni.cniresult.parse_result({"cniVersion": "1.0.0", "ips": [{"address": "10.66.0.3/24"}]})
-    for ip, cid, netns in [("10.66.0.2", "no-cache", None), ("10.66.0.3", "alive", str(live)),
-                           ("10.66.0.4", "dead", str(setup.tmp / "gone-netns"))]:
+    for ip, cid, netns in [("10.66.0.2", "no-cache", None), ("10.66.0.3", "alive", live),
+                           ("10.66.0.4", "dead", str(setup.tmp / "gone-netns")), ("10.66.0.5", "stale", str(stale))]:
         (store / ip).write_text(f"{cid}\r\neth0")
         if netns:
             cni.cache_add(res, b"{}", network, libcni.RuntimeConf(cid, netns, "eth0"))
@@ -451,9 +452,10 @@ def _store(setup, network, version, data):
 def test_leaked_reservations_and_the_gc_fix(skb, setup):
     store = _store(setup, "pods", "1.1.0", setup.tmp / "ipam")
     f = find(doctor(skb, setup), "leaked-reservation")[0]
-    assert f["severity"] == "warning" and f["what"] == '3 leaked host-local reservations in network "pods"'
+    assert f["severity"] == "warning" and f["what"] == '4 leaked host-local reservations in network "pods"'
     assert "10.66.0.2 (container no-cache, eth0: no cached result)" in f["evidence"]
     assert f"10.66.0.4 (container dead, eth0: netns {setup.tmp}/gone-netns is gone)" in f["evidence"]
+    assert f"10.66.0.5 (container stale, eth0: netns {setup.tmp}/stale-netns is gone)" in f["evidence"]
     assert "10.66.0.9 (container legacy-id, no ifname: no cached result)" in f["evidence"]
     assert "10.66.0.3" not in f["evidence"] and str(store) in f["evidence"]
     assert f["fix"].startswith("skb gc pods --keep-live")
@@ -483,7 +485,7 @@ def test_skb_gc_as_the_doctor_says_frees_the_leaks(skb, setup):
                        capture_output=True, text=True, env={"PATH": os.environ["PATH"], "CNI_PATH": "/nowhere"})
     assert p.returncode == 1 and "holds no cached attachment at all" in p.stderr and "--cache-dir" in p.stderr, p
     assert sorted(f for f in os.listdir(setup.tmp / "ipam" / "pods") if f.startswith("10.")) == \
-        ["10.66.0.2", "10.66.0.3", "10.66.0.4", "10.66.0.9"]
+        ["10.66.0.2", "10.66.0.3", "10.66.0.4", "10.66.0.5", "10.66.0.9"]
     p = subprocess.run([skb, *command[1:]], capture_output=True, text=True,   # as printed, whatever the env says
                        env={"PATH": os.environ["PATH"], "CNI_PATH": "/nowhere", "NETCONFPATH": "/nowhere"})
     assert p.returncode == 0, p.stderr

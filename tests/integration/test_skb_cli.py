@@ -293,21 +293,25 @@ def test_status(skb, node):
     assert [c["command"] for c in node.calls()] == ["STATUS", "STATUS"]   # stops at the first error
 
 
-def test_gc_sends_the_valid_attachments(skb, node, tmp_path):
+def test_gc_sends_the_valid_attachments(skb, node, tmp_path, make_netns):
+    """--keep-live keeps the attachments whose netns is still a namespace; one whose path is gone, or is the
+    empty file a namespace was mounted on (left by a crash or a reboot: review 16), is DELeted."""
     node.write("10-g.conflist", {"cniVersion": "1.1.0", "name": "g", "plugins": [node.dbg()]})
-    live = tmp_path / "live-ns"
-    live.write_text("")
-    for ns in (str(live), str(tmp_path / "gone-ns")):
+    live = f"/run/netns/{make_netns()}"
+    stale = tmp_path / "stale-ns"
+    stale.write_text("")
+    for ns in (live, str(tmp_path / "gone-ns"), str(stale)):
         assert run(skb, "add", "g", ns, *node.flags()).returncode == 0
     node.capture.unlink()
     p = run(skb, "gc", "g", *node.flags("--keep-live", "--valid", "other:eth1"))
     assert p.returncode == 0, p.stderr
     calls = node.calls()
-    assert [c["command"] for c in calls] == ["DEL", "GC"]
-    assert calls[0]["env"]["CNI_NETNS"] == str(tmp_path / "gone-ns")
+    assert [c["command"] for c in calls] == ["DEL", "DEL", "GC"]
+    assert sorted(c["env"]["CNI_NETNS"] for c in calls[:2]) == [str(tmp_path / "gone-ns"), str(stale)]
+    calls = calls[1:]
     gc = json.loads(calls[1]["stdin"])
     want = [{"containerID": "other", "ifname": "eth1"},
-            {"containerID": libcni.cnitool_container_id(str(live)), "ifname": "eth0"}]
+            {"containerID": libcni.cnitool_container_id(live), "ifname": "eth0"}]
     assert gc["cni.dev/valid-attachments"] == want and gc["cni.dev/attachments"] == want
     assert gc["name"] == "g" and "prevResult" not in gc
     assert "note" not in p.stderr
@@ -603,3 +607,37 @@ def test_a_replayed_add_into_a_live_netns_is_refused_without_live(skb, bin_dir, 
     assert out["recorded"]["stdout"] != out["replayed"]["stdout"]
     p = run(skb, "replay", str(log), "-n", "2", "--cni-path", bin_dir, "--scratch")
     assert p.returncode == 0 and "same outcome as recorded (but for what the replay's own container ID" in p.stdout
+
+
+def test_netns_list_and_del_with_what_is_no_namespace(skb, tmp_path):
+    """A run dir holding a leftover empty file, a FIFO and a directory (review 16): list says which are no
+    namespace, and a del naming several removes none when one of them cannot be removed."""
+    run_dir = tmp_path / "netns"
+    run_dir.mkdir()
+    (run_dir / "plain").write_text("")
+    os.mkfifo(run_dir / "ff")
+    (run_dir / "dd").mkdir()
+    p = run(skb, "netns", "list", "--run-dir", str(run_dir))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["dd (not a namespace)", "ff (not a namespace)",
+                                     "plain (not a namespace: nothing is mounted on it; skb netns del removes it)"]
+    p = run(skb, "netns", "del", "ff", "dd", "plain", "--run-dir", str(run_dir))
+    assert p.returncode == 1 and "it is a directory, not a namespace file; nothing was removed" in p.stderr, p.stderr
+    assert sorted(os.listdir(run_dir)) == ["dd", "ff", "plain"]
+    p = run(skb, "netns", "del", "ff", "nosuch", "--run-dir", str(run_dir))
+    assert p.returncode == 1 and "no such file; nothing was removed" in p.stderr, p.stderr
+    assert sorted(os.listdir(run_dir)) == ["dd", "ff", "plain"]
+    assert run(skb, "netns", "del", "ff", "plain", "--run-dir", str(run_dir)).returncode == 0
+    assert os.listdir(run_dir) == ["dd"]
+
+
+def test_netns_names_with_control_characters(skb, tmp_path):
+    """A name that would write escapes to the terminal is refused by add, and listed escaped."""
+    run_dir = tmp_path / "netns"
+    run_dir.mkdir()
+    p = run(skb, "netns", "add", "e\x1b[31m", "--run-dir", str(run_dir))
+    assert p.returncode == 1 and "control characters" in p.stderr and "\x1b" not in p.stderr, p.stderr
+    assert os.listdir(run_dir) == []
+    (run_dir / "e\x1b[31m").write_text("")
+    p = run(skb, "netns", "list", "--run-dir", str(run_dir))
+    assert "\x1b" not in p.stdout and p.stdout.startswith("e\\x1b[31m"), p.stdout

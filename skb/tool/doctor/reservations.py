@@ -7,6 +7,7 @@ from skb.cni import jsonio
 from skb.tool import libcni
 from skb.tool.doctor.findings import Finding
 from skb.tool.doctor.files import BadFile, read_regular
+from skb.linux import netns
 
 HOST_LOCAL_DATA_DIR = "/var/lib/cni/networks"
 MAX_CACHED = 100000      # cache records read at most
@@ -102,7 +103,7 @@ def leaked_reservations(network, store, cache_dir):
         att = cached.get((cid, ifname))
         if att is None:
             out.append((ip, cid, ifname, path, "no cached result", None))
-        elif att.netns and not os.path.exists(att.netns):
+        elif att.netns and netns.gone(att.netns):
             out.append((ip, cid, ifname, path, f"netns {att.netns} is gone", att))
     return out
 
