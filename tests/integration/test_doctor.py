@@ -720,6 +720,29 @@ def test_runtime_config_read_by_default(skb, setup, tmp_path):
     assert "plugin-missing" not in codes(out)
 
 
+@pytest.mark.parametrize("speaks", ['["0.3.1", "1.0.0"]', None])
+def test_plugin_elsewhere_that_could_not_serve_the_network_is_not_the_fix(skb, setup, tmp_path, speaks):
+    """The plugin found outside the runtime's bin dir speaks only up to 1.0.0 (Debian's Go plugins) while the
+    network is 1.1.0, or fails VERSION: pointing the runtime there traded one error for three (review 16)."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    other = tmp_path / "other-bin"
+    other.mkdir()
+    answer = (f'echo \'{{"cniVersion":"1.0.0","supportedVersions":{speaks}}}\'' if speaks else "exit 1")
+    (other / "loopback").write_text(f"#!/bin/sh\n{answer}\n")
+    (other / "loopback").chmod(0o755)
+    setup.write("10-lo.conflist", {"cniVersion": "1.1.0", "name": "lo", "plugins": [{"type": "loopback"}]})
+    setup.containerd = str(setup.write("config.toml", CONTAINERD_V2.format(bin=empty, conf=setup.conf), setup.tmp))
+    out = doctor(skb, setup, dirs=False, env=dict(os.environ, CNI_PATH=str(other)))
+    f = find(out, "plugin-elsewhere")[0]
+    assert f["what"] == f'plugin "loopback" (plugin) is not where containerd looks: it is in {other}'
+    why = ('does not speak cniVersion "1.1.0" of network "lo" (it speaks 0.3.1, 1.0.0)' if speaks
+           else "fails VERSION")
+    assert f"; but {other}/loopback {why}" in f["evidence"], f["evidence"]
+    assert f["fix"] == (f"install loopback that speaks the network's cniVersion into {empty}; the ones in {other} "
+                        "would not do"), f["fix"]
+
+
 def test_crio_drop_in_plugin_dirs(skb, setup, tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()

@@ -161,12 +161,11 @@ def _reserve(setup, data, n, live):
     store.mkdir(parents=True)
     cache = libcni.CNIConfig([], str(setup.cache))
     res = libcni.cniresult.parse_result({"cniVersion": "1.0.0", "ips": [{"address": "10.66.0.2/29"}]})
-    alive = setup.tmp / "alive-netns"
-    alive.write_text("")
+    alive = "/proc/1/ns/net"      # a namespace that lives as long as the test does
     for i in range(n):
         (store / f"10.66.0.{2 + i}").write_text(f"c{i}\r\neth0")
         if i < live:
-            cache.cache_add(res, b"{}", "pods", libcni.RuntimeConf(f"c{i}", str(alive), "eth0"))
+            cache.cache_add(res, b"{}", "pods", libcni.RuntimeConf(f"c{i}", alive, "eth0"))
 
 
 def test_exhausted_range_is_an_error_naming_the_leaks(skb, setup):

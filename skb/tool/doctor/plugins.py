@@ -61,9 +61,10 @@ def _not_here(view, ptype, role, where, found, source):
         "type in the configuration", source)
 
 
-def _elsewhere(view, at, items, source):
+def _elsewhere(view, at, items, source, unfit=()):
     """One finding for the plugins (``items``: (type, role, used by, found paths)) that are all installed
-    in the directory ``at`` the view does not search: one cause, one setting to change."""
+    in the directory ``at`` the view does not search: one cause, one setting to change; unless some of
+    them could not serve their network either (``unfit``: why), when the fix is to install them."""
     dirs = " ".join(view.bin_dirs)
     setting = view.bin_key or ("--bin-dir" if view.source == "flags" else "the bin dirs")
     names = [t for t, _r, _w, _f in items]
@@ -77,6 +78,12 @@ def _elsewhere(view, at, items, source):
                 f"they are in {at}")
         evidence = (f"{view.source} looks in [{dirs}] ({view.origin}), and finds none of them there; used by "
                     + "; ".join(sorted({w for _t, _r, w, _f in items})))
+    if unfit:
+        evidence += "; but " + "; ".join(dict.fromkeys(unfit))
+        where_to = view.bin_dirs[0] if view.bin_dirs else f"a directory {view.source} searches"
+        fix = (f"install {' '.join(names)} that speak{'s' if len(names) == 1 else ''} the network's cniVersion into "
+               f"{where_to}; the ones in {at} would not do")
+        return Finding("error", "plugin-elsewhere", what, evidence, fix, source)
     single = setting == "bin_dir" or setting.startswith("bin_dir ")     # (containerd 1.x: one directory)
     change = f"set {setting} to {at} (it holds one directory)" if single else f"add {at} to {setting}"
     fix = f"{change} and restart {view.source}" if view.is_runtime() else change
@@ -215,7 +222,9 @@ def check_plugins(view, networks, findings, run_version=True, search=(), version
                     continue
                 found = elsewhere(ptype, list(search) + list(STANDARD_BIN_DIRS), view.bin_dirs)
                 if found:
-                    away.setdefault(os.path.dirname(found[0]), []).append((ptype, role, where, found, netconf.source))
+                    unfit = _unfit(view, found[0], netconf, versions) if run_version else None
+                    away.setdefault(os.path.dirname(found[0]), []).append((ptype, role, where, found, netconf.source,
+                                                                           unfit))
                 else:
                     findings.append(_not_here(view, ptype, role, where, [], netconf.source))
                 continue
@@ -256,8 +265,23 @@ def check_plugins(view, networks, findings, run_version=True, search=(), version
         if paths is not None:
             found_all[netconf.source] = paths
     for at, items in away.items():
-        findings.append(_elsewhere(view, at, [i[:4] for i in items], items[0][4]))
+        findings.append(_elsewhere(view, at, [i[:4] for i in items], items[0][4], [i[5] for i in items if i[5]]))
     return {p: v[0] for p, v in versions.items()}, found_all
+
+
+def _unfit(view, path, netconf, versions):
+    """Why the plugin found at ``path``, outside the bin dirs, could not serve ``netconf`` either (its
+    VERSION fails, or does not list the network's cniVersion), or None: pointing the runtime at it would
+    trade one error for another (review 16)."""
+    if path not in versions:
+        versions[path] = _version_job(view, path)
+    supported, err = versions[path]
+    if err is not None:
+        return f"{path} fails VERSION ({err})"
+    wanted = netconf.cni_version or "0.1.0"
+    if supported is not None and wanted not in supported:
+        return f'{path} does not speak cniVersion "{wanted}" of network "{netconf.name}" (it speaks {", ".join(supported)})'
+    return None
 
 
 def check_runtime_bins(checked, runtimes, default, findings, search=()):
