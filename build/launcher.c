@@ -54,6 +54,8 @@
 #define LOADER "lib/ld-linux-x86-64.so.2"
 #define PROGRAM "skb-cni"
 #define WARM_OFF ".skb-warm-off"
+/* skb itself is a launcher of the same bundle: the release tarball (or the image) is what can reinstall it */
+#define REINSTALL "reinstall skb-cni: extract its release tarball to a temporary dir and run its skb install (make install from a source tree)"
 #define MIN_STACK (256 << 10) /* a soft RLIMIT_STACK below this: exec (the warm path's own buffers) */
 
 extern char **environ;
@@ -283,14 +285,14 @@ int main(int argc, char **argv)
     *slash = 0; /* self is now our directory */
 
     if (!find_bundle(self, link, sizeof(link), bundle))
-        return fail("skb-cni bundle missing: ", link, "reinstall with make install");
+        return fail("skb-cni bundle missing: ", link, REINSTALL);
     if (!cat(loader, sizeof(loader), bundle, "/" LOADER, NULL) || !cat(program, sizeof(program), bundle, "/" PROGRAM, NULL) ||
         !cat(libpath, sizeof(libpath), bundle, "/lib:", bundle, "/_internal", NULL))
         return fail("skb-cni bundle path too long: ", bundle, "install into a shorter directory");
     if (!usable(loader, X_OK))
-        return fail("skb-cni bundle missing: ", loader, "reinstall with make install");
+        return fail("skb-cni bundle missing: ", loader, REINSTALL);
     if (!usable(program, R_OK))
-        return fail("skb-cni bundle missing: ", program, "reinstall with make install");
+        return fail("skb-cni bundle missing: ", program, REINSTALL);
 
     if (warm_applies(self, applet, (const char *)getauxval(AT_EXECFN)))
         warm(self, bundle, applet, argc, argv, loader, libpath, program); /* returns when it goes by exec */
@@ -332,6 +334,6 @@ int main(int argc, char **argv)
 
     execve(loader, args, env);
     char detail[256] = "";
-    cat(detail, sizeof(detail), "execve failed: ", strerror(errno), "; reinstall with make install", NULL);
+    cat(detail, sizeof(detail), "execve failed: ", strerror(errno), "; ", REINSTALL, NULL);
     return fail("skb-cni bundle cannot be started: ", loader, detail);
 }

@@ -261,7 +261,8 @@ def test_missing_bundle_is_a_cni_error(installed, tmp_path):
     run = run_plugin(str(lonely / "loopback"), cni_env("ADD"), LOOPBACK_CONF)
     assert run.rc == 1
     assert run.json == {"code": 999, "msg": f"skb-cni bundle missing: {lonely}/.skb",
-                        "details": "reinstall with make install"}
+                        "details": "reinstall skb-cni: extract its release tarball to a temporary dir and run its "
+                                   "skb install (make install from a source tree)"}
 
     os.symlink(".skb-0.0.1-000000000000", lonely / ".skb")  # dangling link: same answer
     run = run_plugin(str(lonely / "loopback"), cni_env("VERSION"), {"cniVersion": "1.0.0"})

@@ -125,6 +125,21 @@ def test_conflist_under_a_wrong_extension(skb, setup):
     assert wrong["20-old.conflist.bak"]["severity"] == "note"   # a backup: worth knowing, not a problem
 
 
+def test_the_only_config_under_a_wrong_extension_is_one_finding_with_the_right_name(skb, setup):
+    """10-pods.conflist.yaml was a wrong-extension warning saying "rename it to 10-pods.conflist.conflist",
+    and a no-config error besides, for the one cause (review 16)."""
+    setup.write("10-pods.conflist.yaml", lo_conflist("pods"))
+    out = doctor(skb, setup)
+    assert "wrong-extension" not in codes(out)
+    f = find(out, "no-config")[0]
+    assert f["what"] == f"no network configuration in {setup.conf}: 10-pods.conflist.yaml is ignored for its extension"
+    # (" (or point ... at /etc/cni/net.d)" follows on a machine whose /etc/cni/net.d holds configurations)
+    assert f["fix"].split(" (or ")[0] == f"mv {setup.conf}/10-pods.conflist.yaml {setup.conf}/10-pods.conflist", f["fix"]
+    subprocess.run(f["fix"].split(" (or ")[0], shell=True, check=True)           # as printed
+    out = doctor(skb, setup)
+    assert "no-config" not in codes(out) and "wrong-extension" not in codes(out), out
+
+
 def test_conflist_in_a_conf_file(skb, setup):
     setup.write("10-pods.conf", lo_conflist("pods"))
     out = doctor(skb, setup)
@@ -226,7 +241,7 @@ def test_version_failed(skb, setup, tmp_path):
     setup.bins.append(str(tmp_path / "bin"))
     setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [{"type": "broken"}]})
     f = find(doctor(skb, setup), "version-failed")[0]
-    assert "error parsing its diagnostic message" in f["evidence"] and "podman drops" in f["evidence"]
+    assert "error parsing its diagnostic message" in f["evidence"] and "podman and CRI-O (which validate every plugin with VERSION) drop" in f["evidence"]
 
 
 @pytest.mark.gobin
@@ -646,6 +661,27 @@ def test_status_failure_names_plugin_code_and_message(skb, setup):
             "unreachable") in f["evidence"]
     assert "skb status pods" in f["fix"]
     assert "status-failed" not in codes(doctor(skb, setup, "--no-status"))
+
+
+@pytest.mark.parametrize("plugin", ["#!/nonexistent/sh\nexit 0\n", "", "#!/bin/sh\n[ \"$CNI_COMMAND\" = VERSION ] || exit 1\n"
+                                    "echo '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"1.0.0\"]}'\n"],
+                         ids=["bad-interpreter", "empty-file", "speaks-1.0.0"])
+def test_a_plugin_that_cannot_run_or_speak_the_version_is_one_error_and_status_a_note(skb, setup, tmp_path, plugin):
+    """Its VERSION fails (a missing interpreter, an empty file) or lacks 1.1.0: STATUS then fails for that
+    very reason, and was a second error whose fix said "often its daemon or its datastore is down" (review 16)."""
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    (bins / "odd").write_text(plugin)
+    (bins / "odd").chmod(0o755)
+    setup.bins = [str(bins)]
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [{"type": "odd"}]})
+    out = doctor(skb, setup)
+    errors = [f["code"] for f in out["problems"] if f["severity"] == "error"]
+    assert errors == ["version-unsupported" if "supportedVersions" in plugin else "version-failed"], out["problems"]
+    [status] = find(out, "status-failed")
+    assert status["severity"] == "note" and status["what"].endswith(f"for the reason the {errors[0]} error gives")
+    if plugin.startswith("#!/nonexistent"):     # exec said only "no such file or directory", of a file that is there
+        assert "(its #! line asks for /nonexistent/sh, which does not exist here)" in find(out, errors[0])[0]["evidence"]
 
 
 def test_status_ok_and_not_sent_before_1_1_0(skb, setup):

@@ -99,15 +99,28 @@ def _fold_probe(findings):
 def _fold_status(findings):
     """One cause, one finding: STATUS of a network whose configuration config-invalid already refuses
     fails with a configuration error (code 6 or 7) for that same reason, or for a dataDir config-invalid
-    found on a read-only mount with that mount's error (EROFS), so it is only a note."""
+    found on a read-only mount with that mount's error (EROFS); STATUS of a plugin whose VERSION fails
+    (it cannot be run), of a network whose version a plugin does not speak, of an exhausted
+    range (code 50) fails for the reason that error gives: each is only a note (review 16)."""
     invalid = {f.where for f in findings if f.code == "config-invalid" and f.severity == "error"}
     read_only = {f.where for f in findings if f.code == "config-invalid" and f.severity == "error"
                  and "is on a read-only mount" in f.what}
+    errors = {(f.code, f.where) for f in findings if f.severity == "error"}
     for f in findings:
-        if f.code == "status-failed" and (f.network in invalid and f.cni_code in (6, 7) or
-                                          f.network in read_only and "EROFS" in f.evidence):
-            f.severity = "note"
-            f.what += ", for the reason the config-invalid error gives"
+        if f.code != "status-failed":
+            continue
+        if f.network in invalid and f.cni_code in (6, 7) or f.network in read_only and "EROFS" in f.evidence:
+            cause = "config-invalid"
+        elif ("version-failed", f.where) in errors:           # the same plugin cannot even be run
+            cause = "version-failed"
+        elif ("version-unsupported", f.network) in errors:
+            cause = "version-unsupported"
+        elif ("range-exhausted", f.network) in errors and f.cni_code == 50:
+            cause = "range-exhausted"
+        else:
+            continue
+        f.severity = "note"
+        f.what += f", for the reason the {cause} error gives"
 
 
 def report(findings, views, style, out):

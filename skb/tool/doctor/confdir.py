@@ -1,5 +1,6 @@
 """The conf dir: which files a runtime reads, which it skips, which break every lookup."""
 import os
+import shlex
 import stat
 
 from skb.cni import env as cnienv
@@ -119,6 +120,7 @@ def check_conf_dir(view, findings):
                                 "make it readable by the runtime (root)", d))
         return []
     loaded = []          # every entry libcni would read, in its order: good ones and those it chokes on
+    renames = []         # (name, the name libcni would read it under) of configs ignored for their extension
     for name, own, target, err in entries:
         path = os.path.join(d, name)
         if libcni.go_ext(name) in CONFIG_EXTS:
@@ -141,11 +143,24 @@ def check_conf_dir(view, findings):
                                         f"nothing to do if it is a backup; rename it to *{right} to use it", path))
                 break
         else:
+            stem = os.path.splitext(name)[0] if libcni.go_ext(name) else name
+            if libcni.go_ext(stem) in CONFIG_EXTS:           # 10-pods.conflist.yaml: 10-pods.conflist
+                stem = os.path.splitext(stem)[0]
+            renames.append((name, f"{stem}{right}"))
             findings.append(Finding("warning", "wrong-extension", f"{name} looks like a CNI config but is ignored",
                                     f"its extension is {libcni.go_ext(name) or '(none)'}; libcni and containerd read "
-                                    "only .conflist, .conf and .json",
-                                    f"rename it to {os.path.splitext(name)[0] if libcni.go_ext(name) else name}{right}",
-                                    path))
+                                    "only .conflist, .conf and .json", f"rename it to {stem}{right}", path))
+    if not loaded and renames:
+        # one cause, one finding: the runtime has no configuration because of that name (review 16)
+        ignored = {os.path.join(d, n) for n, _r in renames}
+        findings[:] = [f for f in findings if not (f.code == "wrong-extension" and f.where in ignored)]
+        findings.append(Finding("error", "no-config", f"no network configuration in {d}: "
+                                f"{', '.join(n for n, _r in renames)} is ignored for its extension",
+                                "libcni and containerd read only .conflist, .conf and .json; containerd: 'cni config "
+                                f"uninitialized', kubelet: 'cni plugin not initialized'{elsewhere}",
+                                "; ".join(f"mv {shlex.quote(os.path.join(d, n))} {shlex.quote(os.path.join(d, r))}"
+                                          for n, r in renames) + (f" (or {fix_elsewhere})" if fix_elsewhere else ""), d))
+        return loaded
     if not loaded:
         shown = [_shown(n, o, t) for n, o, t, _e in entries]
         listing = (f"it holds {', '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}" if shown

@@ -247,7 +247,8 @@ def check_plugins(view, networks, findings, run_version=True, search=(), version
             supported, err = versions[path]
             if err is not None:
                 findings.append(Finding("error", "version-failed", f"plugin {path} fails VERSION",
-                                        f"{err}; podman drops every network using it; used by {where}",
+                                        f"{err}{_interpreter(path, err)}; podman and CRI-O (which validate "
+                                        f"every plugin with VERSION) drop every network using it; used by {where}",
                                         f"run CNI_COMMAND=VERSION {path} </dev/null to see why; reinstall it", path))
                 versions[path] = (None, None)   # once
                 continue
@@ -267,6 +268,27 @@ def check_plugins(view, networks, findings, run_version=True, search=(), version
     for at, items in away.items():
         findings.append(_elsewhere(view, at, [i[:4] for i in items], items[0][4], [i[5] for i in items if i[5]]))
     return {p: v[0] for p, v in versions.items()}, found_all
+
+
+def _interpreter(path, err):
+    """Why exec said "no such file or directory" of a file that is there: its #! line names an interpreter
+    that is not (a missing one, or a script written with CRLF line ends)."""
+    if "no such file or directory" not in str(err):
+        return ""
+    try:
+        with open(path, "rb") as f:
+            first = f.read(256).split(b"\n", 1)[0]
+    except OSError:
+        return ""
+    if not first.startswith(b"#!"):
+        return ""
+    words = first[2:].strip(b" \t").split(None, 1)
+    interp = words[0].decode(errors="backslashreplace") if words else ""
+    if interp.endswith("\r"):
+        return f" (its #! line ends in a carriage return: the file has CRLF line ends; convert it with dos2unix)"
+    if interp and not os.path.exists(interp):
+        return f" (its #! line asks for {interp}, which does not exist here)"
+    return ""
 
 
 def _unfit(view, path, netconf, versions):
