@@ -194,6 +194,19 @@ def test_exhausted_range_without_leaks(skb, setup):
     assert "range-exhausted" not in codes(doctor(skb, setup))
 
 
+def test_exhausted_range_at_1_1_0_is_one_error_and_its_status_a_note(skb, setup):
+    """STATUS answers 50 for the same exhausted range: a second error, whose fix said "often its daemon or its
+    datastore is down" (review 16)."""
+    data = setup.tmp / "ipam"
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [{"type": "ptp", "ipam": {
+        "type": "host-local", "ranges": [[{"subnet": "10.66.0.0/29"}]], "dataDir": str(data)}}]})
+    _reserve(setup, data, 5, live=5)
+    out = doctor(skb, setup)
+    assert problems(out) == [("error", "range-exhausted")], json.dumps(out["problems"], indent=1)
+    status = find(out, "status-failed")[0]
+    assert status["severity"] == "note" and "for the reason the range-exhausted error gives" in status["what"]
+
+
 # ---------------------------------------------------------------------------------------------------
 # plugins and where the runtime looks
 
