@@ -50,10 +50,13 @@ def _strings(v):
     return [x for x in v if isinstance(x, str) and x] if isinstance(v, list) else []
 
 
-def _containerd_data(path, findings):
-    """config.toml with its ``imports`` merged in, or None (a finding says why)."""
+def _containerd_data(path, findings, sources=None):
+    """config.toml with its ``imports`` merged in, or None (a finding says why). ``sources``, a list: gets
+    (file, the CNI sections it holds) of each file read, in merge order (a later one's keys win)."""
     try:
         data = _toml(path)
+        if sources is not None:
+            sources.append((path, _cni_sections(data)))
     except (BadFile, ValueError) as e:
         findings.append(Finding("error", "runtime-config-invalid", f"containerd's config {path} does not parse",
                                 f"{e}; containerd does not start with it, so no pod starts on this node",
@@ -67,7 +70,10 @@ def _containerd_data(path, findings):
             if seen > MAX_FILES:
                 break
             try:
-                _merge(data, _toml(imp))
+                imported = _toml(imp)
+                if sources is not None:
+                    sources.append((imp, _cni_sections(imported)))
+                _merge(data, imported)
             except (BadFile, ValueError) as e:
                 findings.append(Finding("error", "runtime-config-invalid",
                                         f"containerd's imported config {imp} does not parse",
@@ -77,12 +83,29 @@ def _containerd_data(path, findings):
     return data
 
 
+def _cni_sections(data):
+    """{table: set of the keys its cni section sets} of one file."""
+    plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
+    return {t: set(v["cni"]) for t, v in plugins.items() if isinstance(v, dict) and isinstance(v.get("cni"), dict)}
+
+
+def _set_in(sources, table, keys, default):
+    """The last file of ``sources`` whose [table.cni] sets one of ``keys`` (what containerd uses), else
+    ``default``: where a fix must change it."""
+    found = default
+    for path, sections in sources:
+        if sections.get(table, set()) & set(keys):
+            found = path
+    return found
+
+
 def containerd_view(path, findings):
     """containerd's CNI dirs from its config.toml; None when there is no such file, BROKEN when containerd
     would not start with it (the finding says why)."""
     if not _exists(path):
         return None
-    data = _containerd_data(path, findings)
+    sources = []
+    data = _containerd_data(path, findings, sources)
     if data is BROKEN:
         return BROKEN
     version = data.get("version", 1)
@@ -93,11 +116,12 @@ def containerd_view(path, findings):
                                 "set version = 2 (containerd 1.7) or 3 (containerd 2.x)", path))
         return BROKEN
     plugins = data.get("plugins") if isinstance(data.get("plugins"), dict) else {}
-    cni, name = {}, f'plugins."{_CONTAINERD_CRI[version][0]}".cni'
+    cni, name, used = {}, f'plugins."{_CONTAINERD_CRI[version][0]}".cni', _CONTAINERD_CRI[version][0]
     for table in _CONTAINERD_CRI[version]:
         section = plugins.get(table)
         if isinstance(section, dict) and isinstance(section.get("cni"), dict):
             cni, name = section["cni"], f'plugins."{table}".cni' if "." in table else f"plugins.{table}.cni"
+            used = table
             break
     for other, tables in _CONTAINERD_CRI.items():   # the section of another version: silently ignored
         for table in tables:
@@ -120,8 +144,11 @@ def containerd_view(path, findings):
     max_conf = cni.get("max_conf_num", 1)
     max_conf = max_conf if isinstance(max_conf, int) and not isinstance(max_conf, bool) else 1
     origin = f"{path} [{name}]" if cni else f"{path} (no [{name}] section: containerd's defaults)"
-    return View("containerd", conf_dir, bins, "", origin, f"{key} in [{name}] of {path}", max_conf,
-                f"conf_dir in [{name}] of {path}")
+    # (an imported file that sets the key is where it must change: review 16)
+    bin_file = _set_in(sources, used, ("bin_dirs", "bin_dir"), path)
+    conf_file = _set_in(sources, used, ("conf_dir",), path)
+    return View("containerd", conf_dir, bins, "", origin, f"{key} in [{name}] of {bin_file}", max_conf,
+                f"conf_dir in [{name}] of {conf_file}")
 
 
 def _crio_files(path, drop_in_dir):
