@@ -21,7 +21,7 @@ import shlex
 import shutil
 import subprocess
 
-from skb.tool.style import Style, fail
+from skb.tool.style import Style, fail, visible
 from skb.tool.catalogue import ENTRIES, Values, fill
 from skb.tool.doctor import command as doctor_command
 from skb.tool.doctor.findings import SEVERITIES
@@ -62,7 +62,7 @@ class Layer:
     def checks(self):
         # Commands to copy into a shell: each value the message carried is quoted word by word (a list of
         # dirs stays several words), so that "$(...)" or ";" in a message is never run by the copy.
-        quoted = Values({k: " ".join(shlex.quote(w) for w in str(v).split()) for k, v in self.values.items()})
+        quoted = Values({k: " ".join(_shell_word(w) for w in str(v).split()) for k, v in self.values.items()})
         return [fill(c, quoted) for c in self.entry.checks]
 
     def fix(self):
@@ -75,6 +75,26 @@ class Layer:
         return {"pattern": self.key, "family": self.entry.family, "shape": self.shape, "layer": self.how or "outer",
                 "title": self.title(), "meaning": self.cause(), "checks": self.checks(), "fix": self.fix(),
                 "matched": self.matched()}
+
+
+def _shell_word(word):
+    """``word`` for a shell: shlex's quoting, or $'...' (bash, zsh, ksh) when it holds a character a terminal
+    would act on: printed, it stays visible; pasted, it is the exact value (a byte that was not UTF-8, which
+    Python holds as a lone surrogate, as that byte)."""
+    if word.isprintable():
+        return shlex.quote(word)
+    out = []
+    for c in word:
+        n = ord(c)
+        if c in "\\'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        elif 0xDC80 <= n <= 0xDCFF:
+            out.append(f"\\x{n - 0xDC00:02x}")
+        else:
+            out.append(f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return "$'" + "".join(out) + "'"
 
 
 def _unescape(text):
@@ -132,10 +152,12 @@ def match(text):
 
 
 def _paragraph(layer, indent="  "):
-    lines = [f"{layer.title()}.", f"{indent}{layer.cause()}"]
-    lines += [f"{indent}check: {c}" for c in layer.checks()]
+    """The layer for a terminal: what the message carried is escaped (``visible``), as the doctor, skb log and
+    skb replay print it; the checks are already printable (``_shell_word``)."""
+    lines = [f"{visible(layer.title())}.", f"{indent}{visible(layer.cause())}"]
+    lines += [f"{indent}check: {visible(c)}" for c in layer.checks()]
     if layer.fix():
-        lines.append(f"{indent}fix: {layer.fix()}")
+        lines.append(f"{indent}fix: {visible(layer.fix())}")
     return "\n".join(lines)
 
 
@@ -252,8 +274,8 @@ def explain_journal(opts, out):
     print(f"skb explain: {len(seen)} kind{'s' if len(seen) != 1 else ''} of CNI error in {source}:", file=out)
     codes, groups = set(), set()
     for layers, count, line in seen.values():
-        print(f"- {style.bold(layers[0].title())} ({count} time{'s' if count != 1 else ''}); last: "
-              f"{' '.join(_unescape(line).split())[:400]}", file=out)
+        print(f"- {style.bold(visible(layers[0].title()))} ({count} time{'s' if count != 1 else ''}); last: "
+              f"{visible(' '.join(_unescape(line).split())[:400])}", file=out)
         for layer in layers:
             print(f"  {_paragraph(layer, '    ')}", file=out)
             codes.update(layer.entry.codes)

@@ -198,3 +198,16 @@ def test_an_add_on_behind_the_wrapper_is_named_with_its_values(skb, setup):
     assert versions["title"] == "bridge does not speak cniVersion 1.1.0"
     assert versions["fix"] == ('set "cniVersion": "1.0.0" in the network configuration (the newest bridge speaks), or '
                                "upgrade bridge to a release that speaks 1.1.0")
+
+
+def test_what_the_message_carried_reaches_the_terminal_escaped(skb, setup, tmp_path):
+    """Review 16: an ESC in the message reached the terminal raw, in the title, the checks and the fix. It is
+    escaped as the doctor escapes it; the check command pastes as the exact name ($'...')."""
+    setup.write("10-lo.conflist", lo_conflist())
+    f = tmp_path / "msg"
+    f.write_bytes(b'failed to find plugin "ptp\x1b[31m" in path [/opt/cni/bin]\n')
+    p = explain(skb, setup, "--from-file", str(f))
+    assert "\x1b" not in p.stdout, p.stdout
+    assert 'the plugin "ptp\\x1b[31m" is in none' in p.stdout
+    assert "command -v $'ptp\\x1b[31m'; ls" in p.stdout and "fix: install ptp\\x1b[31m into" in p.stdout
+

@@ -1,0 +1,69 @@
+"""skb explain, review 16: a message two runtimes print (ocicni's and podman's "Error validating CNI config
+file") names the one the line names, or both; containerd's load error of a file that does not parse is
+explained down to the file and libcni's JSON error; a kubelet probe failure is the node's traffic to a pod,
+not a CNI deadline; and what a message carried reaches the terminal escaped, while a check command still
+pastes as the exact value."""
+import io
+import subprocess
+import types
+
+import pytest
+
+from skb.tool import explain
+
+CRIO_LINE = ('crio[700]: time="2026-11-27T10:00:00Z" level=error msg="Error validating CNI config file '
+             '/etc/cni/net.d/10-pods.conflist: [failed to find plugin \\"ptp\\" in path [/opt/cni/bin/ '
+             '/usr/libexec/cni/]]"')
+VALIDATE = ('Error validating CNI config file /etc/cni/net.d/10-pods.conflist: [failed to find plugin "ptp" in path '
+            '[/opt/cni/bin/ /usr/libexec/cni/]]')
+CONTAINERD_LOAD = ('error="cni config load failed: failed to load CNI config list file /etc/cni/net.d/10-pods.'
+                   "conflist: error parsing configuration list: invalid character '}' looking for beginning of object "
+                   'key string: invalid cni config: failed to load cni config"')
+PROBE = ('Readiness probe failed: Get "http://10.244.1.5:8080/healthz": context deadline exceeded '
+         '(Client.Timeout exceeded while awaiting headers)')
+
+
+def _text(layers):
+    return "\n".join(explain._paragraph(layer) for layer in layers)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 4. control characters from the message
+
+ESC = 'failed to find plugin "ptp\x1b[31m" in path [/opt/cni/bin]'
+
+
+def test_the_paragraph_escapes_what_the_message_carried():
+    layer, = explain.match(ESC)
+    text = explain._paragraph(layer)
+    assert "\x1b" not in text, text
+    assert 'the plugin "ptp\\x1b[31m"' in text and "fix: install ptp\\x1b[31m into" in text, text
+
+
+def _pasted(word):
+    """What bash makes of a word pasted as printed."""
+    return subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, timeout=10).stdout
+
+
+@pytest.mark.parametrize("name", ["/opt/ptp\x1b[31m", "/opt/a'b\x07\\c", "/opt/x\u202ey", "/opt/p\udcff"])
+def test_a_check_command_pastes_as_the_exact_value(name):
+    """A value with a control character is written $'...': visible, and once pasted the exact value (a byte
+    that was not UTF-8 as that byte); plain values keep shlex's quoting."""
+    layer, = explain.match(f'failed to find plugin "ptp" in path [{name} /usr/lib/cni]')
+    check = layer.checks()[0]
+    assert check.isprintable(), check
+    assert check.endswith(" /usr/lib/cni"), check
+    word = check[len("ls -l "):-len(" /usr/lib/cni")]
+    assert _pasted(word) == name.encode("utf-8", "surrogateescape"), (word, _pasted(word))
+    assert explain.match('failed to find plugin "p$(x)" in path [/b]')[0].checks()[1].startswith("command -v 'p$(x)';")
+
+
+def test_the_journal_summary_escapes_the_line_and_the_title(tmp_path, monkeypatch):
+    log = tmp_path / "crio.log"
+    log.write_bytes(b'\x1b]52;c;aGk=\x07 ' + ESC.encode() + b"\n")
+    monkeypatch.setattr(explain, "_doctor", lambda *a, **k: 0)
+    out = io.StringIO()
+    opts = types.SimpleNamespace(log_file=[str(log)], color="never", json=False)
+    assert explain.explain_journal(opts, out) == 0
+    assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue(), out.getvalue()
+    assert "\\x1b]52;c;aGk=\\x07" in out.getvalue()
