@@ -215,7 +215,9 @@ def journal_lines(opts):
         return ", ".join(opts.log_file), lines
     journalctl = shutil.which("journalctl")
     if journalctl:
-        argv = [journalctl, "--no-pager", "-o", "cat", "--since", JOURNAL_SINCE, "-n", str(JOURNAL_LINES)]
+        # short-iso, not cat: the unit's name on each line (crio[700]:) is what tells CRI-O's ocicni from
+        # podman where both print the same words
+        argv = [journalctl, "--no-pager", "-o", "short-iso", "--since", JOURNAL_SINCE, "-n", str(JOURNAL_LINES)]
         for unit in JOURNAL_UNITS:
             argv += ["-u", unit]
         try:

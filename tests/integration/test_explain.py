@@ -211,3 +211,14 @@ def test_what_the_message_carried_reaches_the_terminal_escaped(skb, setup, tmp_p
     assert 'the plugin "ptp\\x1b[31m" is in none' in p.stdout
     assert "command -v $'ptp\\x1b[31m'; ls" in p.stdout and "fix: install ptp\\x1b[31m into" in p.stdout
 
+
+def test_a_crio_journal_line_names_crio(skb, setup, tmp_path):
+    """Review 16: ocicni's "Error validating CNI config file" was explained as podman's, with containers.conf."""
+    setup.write("10-lo.conflist", lo_conflist())
+    log = tmp_path / "crio.log"
+    log.write_text('Nov 27 10:00:00 node1 crio[700]: time="2026-11-27T10:00:00Z" level=error msg="Error validating CNI '
+                   'config file /etc/cni/net.d/10-pods.conflist: [failed to find plugin \\"ptp\\" in path '
+                   '[/opt/cni/bin/ /usr/libexec/cni/]]"\n')
+    p = explain(skb, setup, "--log-file", str(log))
+    assert "CRI-O (ocicni) drops the network of /etc/cni/net.d/10-pods.conflist" in p.stdout, p.stdout
+    assert "plugin_dirs in crio.conf's [crio.network]" in p.stdout and "containers.conf" not in p.stdout

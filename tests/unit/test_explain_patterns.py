@@ -80,6 +80,12 @@ REAL = [
      "permission denied", ["plugin-failed", "netplugin-no-message", "exec-failed"]),
     ("cni config load failed: failed to load CNI config list file /etc/cni/net.d/10-x.conflist: error parsing "
      "configuration list: unexpected end of JSON input", ["cni-config-load-failed"]),
+    # CRI-O's journal (flannel#2064), and CRI-O's line without the journal's prefix (cri-o#9439)
+    ('Nov 24 23:43:08 master.lab crio[26766]: time="2024-11-24 23:43:08.876402310-07:00" level=warning msg="Error '
+     'validating CNI config file /etc/cni/net.d/10-flannel.conflist: [failed to find plugin \\"portmap\\" in path '
+     '[/opt/cni/bin/]]"', ["crio-validate", "plugin-not-found"]),
+    ('level=warning msg="Error validating CNI config file /etc/cni/net.d/10-crio-bridge.conflist: [failed to find '
+     'plugin \\"bridge\\" in path [/var/lib/rancher/k3s/data/cni]]"', ["cni-validate", "plugin-not-found"]),
 ]
 
 

@@ -28,6 +28,71 @@ def _text(layers):
 
 
 # ---------------------------------------------------------------------------------------------------
+# 1. "Error validating CNI config file": CRI-O's ocicni and podman print the same words
+
+def test_a_crio_line_is_explained_as_crio():
+    layers = explain.match(CRIO_LINE)
+    assert [layer.key for layer in layers] == ["crio-validate", "plugin-not-found"]
+    assert layers[0].entry.family == "CRI-O"
+    text = explain._paragraph(layers[0])
+    assert "plugin_dirs" in text and "[crio.network]" in text and "/etc/crio/crio.conf.d/" in text, text
+    assert "podman" not in text and "containers.conf" not in text, text
+    assert "/etc/cni/net.d/10-pods.conflist" in text
+
+
+@pytest.mark.parametrize("prefix", ["crio: ", "Nov 27 10:00:00 node1 crio[700]: "])
+def test_other_crio_prefixes(prefix):
+    assert explain.match(prefix + VALIDATE)[0].key == "crio-validate"
+
+
+@pytest.mark.parametrize("prefix", ["podman[4242]: ", 'podman: time="2026-11-27T10:00:00Z" level=warning msg="',
+                                    "WARN[0000] "])
+def test_a_podman_line_is_explained_as_podman(prefix):
+    layers = explain.match(prefix + VALIDATE)
+    assert [layer.key for layer in layers] == ["podman-validate", "plugin-not-found"]
+    text = explain._paragraph(layers[0])
+    assert "cni_plugin_dirs in containers.conf" in text and "crio.conf" not in text, text
+
+
+def test_a_line_that_names_neither_names_both():
+    """ocicni's loadNetworks and podman's libnetwork both print "Error validating CNI config file %s: %v"
+    and skip the file: without the program's name the answer gives both settings."""
+    layers = explain.match('time="2026-11-27T10:00:00Z" level=warning msg="' + VALIDATE + '"')
+    assert [layer.key for layer in layers] == ["cni-validate", "plugin-not-found"]
+    text = explain._paragraph(layers[0])
+    for words in ("CRI-O", "podman", "plugin_dirs in crio.conf's [crio.network]", "/etc/crio/crio.conf.d/",
+                  "cni_plugin_dirs in containers.conf", "/etc/cni/net.d/10-pods.conflist"):
+        assert words in text, (words, text)
+
+
+class _Journal:
+    """journalctl as it prints a CRI-O line: with the unit's name, unless -o cat drops it."""
+
+    def __init__(self):
+        self.argv = None
+
+    def __call__(self, argv, **kwargs):
+        self.argv = argv
+        fmt = argv[argv.index("-o") + 1] if "-o" in argv else "short"
+        line = CRIO_LINE if fmt != "cat" else CRIO_LINE.split(": ", 1)[1]
+        return subprocess.CompletedProcess(argv, 0, ("Nov 27 10:00:00 node1 " if fmt != "cat" else "")
+                                           .encode() + line.encode() + b"\n", b"")
+
+
+def test_the_journal_keeps_the_units_name(monkeypatch):
+    """--journal read with -o cat lost "crio[700]:", the one word that tells CRI-O's line from podman's."""
+    fake = _Journal()
+    monkeypatch.setattr(explain.shutil, "which", lambda name: "/usr/bin/journalctl")
+    monkeypatch.setattr(explain.subprocess, "run", fake)
+    monkeypatch.setattr(explain, "_doctor", lambda *a, **k: 0)
+    out = io.StringIO()
+    opts = types.SimpleNamespace(log_file=None, color="never", json=False)
+    assert explain.explain_journal(opts, out) == 0
+    assert "cat" not in fake.argv, fake.argv
+    assert "CRI-O (ocicni) drops the network of /etc/cni/net.d/10-pods.conflist" in out.getvalue(), out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------
 # 4. control characters from the message
 
 ESC = 'failed to find plugin "ptp\x1b[31m" in path [/opt/cni/bin]'

@@ -147,12 +147,43 @@ ENTRIES = [
           "emptied /var/lib/cni, or a network removed in the meantime, it is gone. podman then reads the "
           "network's file from disk instead: harmless unless that fails too.", ["ls /var/lib/cni/results/"],
           "nothing to do if the container starts; otherwise see the error that follows", CONF),
-    Entry("podman-validate", "podman", "Error validating CNI config file <path>: [<rest>",
+    # ocicni (CRI-O) and podman's CNI backend print the same words and both skip the file: the line's own
+    # prefix tells them apart (a journal line: crio[PID]: or podman[PID]:; logrus writes WARN[0000] only to a
+    # terminal, where a command runs, not the crio service), else the answer names both.
+    Entry("crio-validate", "CRI-O",
+          ["crio[<n>]: <...>Error validating CNI config file <path>: [<rest>",
+           "crio: <...>Error validating CNI config file <path>: [<rest>"],
+          "CRI-O (ocicni) drops the network of {path}",
+          "CRI-O's CNI library (ocicni) loads every file of its network_dir and checks each plugin of a network "
+          "(VERSION) before it uses the network; here that failed, so CRI-O skips {path}: another file becomes "
+          "the default network, or none does (then no pod starts: 'No CNI configuration file in ...'). The "
+          "reasons are explained below.",
+          ["ls -l {path}", "crio config 2>/dev/null | grep -A3 plugin_dirs (where CRI-O looks for plugins)",
+           "skb doctor (reads crio.conf and /etc/crio/crio.conf.d/ as CRI-O does)"],
+          "install the missing plugins into a directory of CRI-O's plugin_dirs, or add the directory that has them "
+          "to plugin_dirs in crio.conf's [crio.network] (or a drop-in in /etc/crio/crio.conf.d/) and restart "
+          "crio; or remove {path}", BINS + VERSIONS, ("version",)),
+    Entry("podman-validate", "podman",
+          ["podman[<n>]: <...>Error validating CNI config file <path>: [<rest>",
+           "podman: <...>Error validating CNI config file <path>: [<rest>",
+           "WARN[<n>] Error validating CNI config file <path>: [<rest>"],
           "podman drops the network of {path}",
-          "podman checks every plugin of a network (VERSION) before it uses the network; here that failed, "
-          "so the network does not exist for podman. The reasons are explained below.", ["ls -l {path}"],
+          "podman (its CNI backend, which buildah shares) checks every plugin of a network (VERSION) before it "
+          "uses the network; here that failed, so the network does not exist for podman. (A WARN[0000] line is "
+          "a command's in a terminal, not the crio service's.) The reasons are explained below.", ["ls -l {path}"],
           "install the missing plugins where podman looks (cni_plugin_dirs in containers.conf), or remove "
           "{path}", BINS + VERSIONS, ("version",)),
+    Entry("cni-validate", "CRI-O or podman", "Error validating CNI config file <path>: [<rest>",
+          "CRI-O or podman drops the network of {path}",
+          "CRI-O (ocicni) and podman (its CNI backend) both print these words when a plugin of a network fails "
+          "its check (VERSION) as they load the conf dir, and both then skip {path}; this line does not say "
+          "which printed it (a journal line does: crio[PID]: or podman[PID]:). The reasons are explained below.",
+          ["ls -l {path}", "crio config 2>/dev/null | grep -A3 plugin_dirs (CRI-O's)",
+           "grep -s -A3 cni_plugin_dirs /etc/containers/containers.conf /usr/share/containers/containers.conf "
+           "(podman's)"],
+          "install the missing plugins where that runtime looks: CRI-O, plugin_dirs in crio.conf's [crio.network] "
+          "(or a drop-in in /etc/crio/crio.conf.d/), then restart crio; podman, cni_plugin_dirs in "
+          "containers.conf. Or remove {path}", BINS + VERSIONS, ("version",)),
     Entry("podman-network-missing", "podman", "unable to find network with name or ID <name>: network not found",
           "podman has no network {name}",
           "The container was created with network {name}, which podman cannot find now: removed, renamed, or "
