@@ -128,9 +128,10 @@ def _chain(text, start, end, context, layers, how, depth):
     entry, m, shape = found
     values = Values(context)
     values.update(entry.defaults)
-    values.update({k: v for k, v in m.groupdict().items() if v and k != "rest"})
-    if entry.derive:
-        values.update(entry.derive(values))
+    groups = {k: v for k, v in m.groupdict().items() if v}
+    values.update({k: v for k, v in groups.items() if k != "rest"})
+    if entry.derive:         # it may read the wrapped message too (libcni's reason, without the runtime's words)
+        values.update(entry.derive(Values(values, **groups)))
     layers.append(Layer(entry, shape, m, values, how))
     if m.groupdict().get("rest") and depth < MAX_DEPTH:
         inner = _chain(text, start + m.start("rest"), start + m.end("rest"), values, layers, "wrapped", depth + 1)

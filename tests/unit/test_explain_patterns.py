@@ -37,7 +37,7 @@ REAL = [
     # kubelet 1.x (luxas/kubernetes-on-arm#160)
     ("cni.go:171] Unable to update cni config: No networks found in /etc/cni/net.d", ["no-networks-found"]),
     # libcni
-    ("error parsing configuration list: no 'plugins' key", ["no-plugins-key"]),
+    ("error parsing configuration list: no 'plugins' key", ["config-parse", "no-plugins-key"]),
     ("no plugin configs found", ["no-plugins-key"]),
     # ptp delegating to a missing IPAM (reference transcripts)
     ('{"code":999,"msg":"failed to find plugin \\"nosuchipam\\" in path [/usr/lib/cni]"}', ["plugin-not-found"]),
@@ -79,7 +79,19 @@ REAL = [
     ('plugin type="ptp" failed (add): netplugin failed with no error message: fork/exec /opt/cni/bin/ptp: '
      "permission denied", ["plugin-failed", "netplugin-no-message", "exec-failed"]),
     ("cni config load failed: failed to load CNI config list file /etc/cni/net.d/10-x.conflist: error parsing "
-     "configuration list: unexpected end of JSON input", ["cni-config-load-failed"]),
+     "configuration list: unexpected end of JSON input",
+     ["cni-config-load-failed", "load-config-file", "config-parse"]),
+    # containerd's reload of a conflist cut short (containerd#8662), a conflist saved as .conf (containerd#8514)
+    ('level=error msg="failed to reload cni configuration after receiving fs change event(\\"/etc/cni/net.d/10-calico.'
+     'conflist\\": WRITE)" error="cni config load failed: failed to load CNI config list file /etc/cni/net.d/10-calico.'
+     'conflist: error parsing configuration list: unexpected end of JSON input: invalid cni config: failed to load cni '
+     'config', ["cni-config-load-failed", "load-config-file", "config-parse"]),
+    ('"lastCNILoadStatus": "cni config load failed: failed to load CNI config file /etc/cni/test/10-containerd-net.'
+     "conf: error parsing configuration: missing 'type': invalid cni config: failed to load cni config\"",
+     ["cni-config-load-failed", "load-config-file", "config-parse"]),
+    # kubelet's own CNI code skipping a file with a trailing comma (kubernetes#53536)
+    ("cni.go:119] Error loading CNI config file /etc/cni/net.d/10-calico.conf: error parsing configuration: invalid "
+     "character '}' looking for beginning of object key string", ["load-config-skipped", "config-parse"]),
     # CRI-O's journal (flannel#2064), and CRI-O's line without the journal's prefix (cri-o#9439)
     ('Nov 24 23:43:08 master.lab crio[26766]: time="2024-11-24 23:43:08.876402310-07:00" level=warning msg="Error '
      'validating CNI config file /etc/cni/net.d/10-flannel.conflist: [failed to find plugin \\"portmap\\" in path '

@@ -93,6 +93,34 @@ def test_the_journal_keeps_the_units_name(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------
+# 2. containerd's load error of a file that does not parse
+
+def test_a_conflist_that_does_not_parse_is_explained_to_the_json_error():
+    layers = explain.match(CONTAINERD_LOAD)
+    assert [layer.key for layer in layers] == ["cni-config-load-failed", "load-config-file", "config-parse"]
+    text = _text(layers[1:])
+    assert "/etc/cni/net.d/10-pods.conflist" in text
+    assert "invalid character '}' looking for beginning of object key string" in text, text
+    assert "invalid cni config" not in text.split("\n")[-1] and "failed to load cni config\"" not in text
+    checks = [c for layer in layers[1:] for c in layer.checks()]
+    assert any(c.startswith("skb doctor") for c in checks), checks
+    assert any("json" in c and "/etc/cni/net.d/10-pods.conflist" in c for c in checks), checks
+    assert all(layer.fix() for layer in layers[1:])
+
+
+def test_a_conf_file_that_libcni_refuses():
+    layers = explain.match("cni config load failed: failed to load CNI config file /etc/cni/net.d/10-pods.conf: "
+                           "error parsing configuration: missing 'type': invalid cni config: failed to load cni config")
+    assert [layer.key for layer in layers] == ["cni-config-load-failed", "load-config-file", "config-parse"]
+    assert "missing 'type'" in layers[2].title() and "/etc/cni/net.d/10-pods.conf" in layers[2].title()
+
+
+def test_libcnis_own_words_wrap_what_skb_knows():
+    layers = explain.match("error parsing configuration list: no 'plugins' key")
+    assert [layer.key for layer in layers] == ["config-parse", "no-plugins-key"]
+
+
+# ---------------------------------------------------------------------------------------------------
 # 4. control characters from the message
 
 ESC = 'failed to find plugin "ptp\x1b[31m" in path [/opt/cni/bin]'

@@ -20,6 +20,35 @@ def _versions(v):
     return out
 
 
+# what a runtime wraps around libcni's reason (go-cni's ErrInvalidConfig, containerd's ErrLoad), and the
+# quote that ends a log's error="..."
+_WRAPPERS = (": invalid cni config", ": failed to load cni config")
+_SYNTAX = ("invalid character", "unexpected end of json input", "looking for beginning")
+
+
+def _parse_error(v):
+    """libcni's reason without what the runtime put after it, what kind of fault it names, and the file."""
+    error = v.get("rest") or ""
+    low = error.lower()
+    cut = min([low.find(w) for w in _WRAPPERS if w in low] or [len(error)])
+    error = error[:cut].strip().rstrip('"').strip()
+    if len(error) > 300:
+        error = error[:300] + "..."
+    low = error.lower()
+    if any(w in low for w in _SYNTAX):
+        why = ("The file is not valid JSON: a trailing or missing comma, a missing quote or brace, a comment (JSON "
+               "has none), or a file cut short while it was written. Go's error names the fault but not where it "
+               "is; skb doctor and the JSON check below name the line and column")
+    elif "cannot unmarshal" in low:
+        why = "A field has the wrong JSON type (a number or a list where libcni expects a string, or the reverse)"
+    else:
+        why = ("The JSON parses, but it is not a network configuration libcni accepts (no name, no plugins, a "
+               ".conf without a type, a field of the wrong type)")
+    have = "path" in v
+    return {"error": error or "(no reason given)", "why": why,
+            "where": v["path"] if have else "a network configuration file", "file": v["path"] if have else "FILE"}
+
+
 ENTRIES = [
     Entry("plugin-failed", "libcni",
           ['plugin type="<plugin>" failed (<verb>): <rest>', 'plugin type="<plugin>" name="<name>" failed (<verb>): <rest>'],
@@ -37,6 +66,16 @@ ENTRIES = [
           "or the type is misspelt.", ["ls -l {dirs}", "command -v {plugin}; ls /usr/lib/cni /opt/cni/bin"],
           'install {plugin} into one of [{dirs}], or add the directory that has it to the runtime\'s plugin '
           "dirs", BINS),
+    Entry("config-parse", "libcni", ["error parsing configuration list: <rest>", "error parsing configuration: <rest>"],
+          "libcni refused {where}: {error}",
+          "libcni reads a .conflist (\"configuration list\") or a .conf or .json (\"configuration\") as JSON, then "
+          "as a network configuration, and refused this one: {error}. {why}. While it fails, a runtime that "
+          "loads the whole conf dir (containerd) has no network, and one that skips it (CRI-O, podman) takes "
+          "another file or none.",
+          ["skb doctor (names the file, and the line and column of a JSON error)",
+           "python3 -m json.tool {file} >/dev/null (or: jq empty {file})"],
+          "fix {where} where skb doctor says, or have the network add-on write it again; a file that is no "
+          "network's: move it out of the conf dir", CONF, derive=_parse_error),
     Entry("no-plugins-key", "libcni", ["no 'plugins' key", "no plugin configs found"],
           "a .conflist without a plugins list",
           "libcni read a .conflist that has no 'plugins' array (before libcni 1.3: \"no 'plugins' key\"; "

@@ -97,6 +97,25 @@ ENTRIES = [
           ["ls -l {dir}", "crictl info | grep -A2 lastCNILoadStatus"],
           "write the pod network into {dir} (skb doctor says what is wrong with what is there); if {dir} was "
           "created or replaced after containerd started, restart containerd", CONF),
+    Entry("load-config-file", "containerd",
+          ["failed to load CNI config list file <path>: <rest>", "failed to load CNI config file <path>: <rest>"],
+          "containerd could not load {path}",
+          "containerd's CNI library (go-cni) reads the files of its conf dir in name order until it has "
+          "max_conf_num networks (1 by default); a file it reaches that libcni refuses fails the whole load, so "
+          "containerd has no network at all, not even from the files before it, and new pods wait ('cni plugin "
+          "not initialized'). libcni's reason is explained below.",
+          ["skb doctor (names the file, and the line and column of a JSON error)", "ls -l {path}"],
+          "fix {path}, or move it out of the conf dir; containerd loads the directory again when a file in it "
+          "changes", CONF),
+    Entry("load-config-skipped", "CRI-O, podman or kubelet",
+          ["Error loading CNI config list file <path>: <rest>", "Error loading CNI config file <path>: <rest>"],
+          "{path} is skipped: it does not load",
+          "CRI-O (ocicni), podman and kubelet's own CNI code (dockershim) read every file of the conf dir and skip "
+          "one that libcni refuses, with this warning: the other files' networks still load, and the first of "
+          "them by name becomes the default network, or none does. libcni's reason is explained below.",
+          ["skb doctor (names the file, and the line and column of a JSON error)", "ls -l {path}"],
+          "fix {path} or remove it; once it loads, it may become the default network (the first file by name)",
+          CONF),
     Entry("cni-config-load-failed", "containerd",
           ["cni config load failed: <rest>", "cni config load failed", "failed to load cni config"],
           "containerd could not load its CNI configuration",
