@@ -93,4 +93,36 @@ def plan_addresses(result):
         if r.gw and IP.parse(r.gw).family != r.family:
             raise CNIError(INVALID_CONFIG, f"IPAM result route {r.dst} has gateway {r.gw}, of the other IP version",
                            "a route's gw must be of the IP version of its dst: fix the route in ipam.routes")
+    _check_routes(result.routes, out)
     return out
+
+
+def _check_routes(routes, addrs):
+    """Refuse, before anything is made (code 7), the IPAM routes the pod could not have (review 16): one
+    through a next hop other than its gateway (ptp's pods reach only their gateway: the kernel refused it
+    late, code 999, while the reference installs a route that leads nowhere), one that is ptp's own (to the
+    pod's subnet or its gateway), one twice (the reference fails on both with "file exists")."""
+    gateways = {}
+    own = {}
+    for a in addrs:
+        gateways.setdefault(a.family, []).append(IP.parse(a.gateway))
+        own[(a.family, str(Net.parse(a.subnet).network), Net.parse(a.subnet).prefixlen, 254)] = "the pod's subnet"
+        own[(a.family, str(IP.parse(a.gateway)), a.host_bits, 254)] = "the pod's gateway"
+    seen = {}
+    for i, r in enumerate(routes):
+        gw = IP.parse(r.gw) if r.gw else None
+        mine = gateways.get(r.family, [])
+        if gw is not None and gw not in mine:
+            raise CNIError(INVALID_CONFIG, f"IPAM result route {r.dst} via {r.gw}: the pod cannot reach {r.gw}",
+                           f"a ptp pod reaches only its gateway ({', '.join(str(g) for g in mine)}), which routes "
+                           "everything else: leave gw out of the route in ipam.routes (it then goes through the "
+                           "gateway) or set it to the gateway")
+        net = Net.parse(r.dst)
+        key = (r.family, str(net.network), net.prefixlen, r.table or 254)
+        if key in own:
+            raise CNIError(INVALID_CONFIG, f"IPAM result route {r.dst} is ptp's own route to {own[key]}",
+                           "ptp routes the pod's subnet and its gateway itself: remove the route from ipam.routes")
+        if (key, r.priority or 0) in seen:
+            raise CNIError(INVALID_CONFIG, f"IPAM result route {r.dst} is there twice (routes[{seen[(key, r.priority or 0)]}] "
+                           f"and routes[{i}])", "remove one of them from ipam.routes")
+        seen[(key, r.priority or 0)] = i

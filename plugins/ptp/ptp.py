@@ -68,6 +68,8 @@ def _attachment(call):
 
 def _add(call, backend):
     args, conf = call.args, call.conf
+    if conf.prev_result is not None:      # (as the reference's, and our loopback: a prevResult that is no
+        parse_prev_result(conf.cni_version, conf.prev_result)    # result is refused, code 6; review 16)
     with guard.open_target(args) as ns:   # before IPAM: a bad netns costs no address
         with RtNetlink() as hnl, RtNetlink.for_netns(ns) as cnl:
             # Before IPAM: a repeated ADD of a live attachment must fail here. Our host-local answers it
@@ -210,7 +212,7 @@ def _configure_container(args, ns, cnl, cont, addrs, ipam_result, undo):
                           table=r.table if r.table else 254,
                           scope=r.scope if r.scope is not None else RT_SCOPE_UNIVERSE, exclusive=False)
         except Exists:
-            pass    # the same route is already there (the reference's "ECMP add" tolerates it too)
+            pass    # the same route is already there in the pod (the IPAM result cannot hold one twice: plan_addresses)
 
 
 def _in_ns(ns, fn, *args):

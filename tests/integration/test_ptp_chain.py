@@ -126,3 +126,47 @@ def test_a_route_mtu_the_kernel_would_clamp_or_no_pod_could_use_is_refused(ours,
     r = ours.add(conf, nspath(ns))
     assert r.rc == 1 and r.json["code"] == 7 and words in r.json["msg"], r
     assert snapshot(data_dir, [ns], "ptpnet") == before
+
+
+@pytest.mark.parametrize("routes, words", [
+    ([{"dst": "10.99.0.0/16", "gw": "10.22.0.254"}],
+     "IPAM result route 10.99.0.0/16 via 10.22.0.254: the pod cannot reach 10.22.0.254"),
+    ([{"dst": "0.0.0.0/0"}, {"dst": "0.0.0.0/0"}], "IPAM result route 0.0.0.0/0 is there twice (routes[0] and routes[1])"),
+    ([{"dst": "10.22.0.0/24"}], "IPAM result route 10.22.0.0/24 is ptp's own route to the pod's subnet"),
+    ([{"dst": "10.22.0.1/32"}], "IPAM result route 10.22.0.1/32 is ptp's own route to the pod's gateway"),
+])
+def test_ipam_routes_the_pod_could_not_have_are_refused_before_anything_is_made(ours, make_netns, data_dir, routes,
+                                                                                 words):
+    """Review 16: a gw other than the pod's gateway was code 999 (the kernel's ENETUNREACH) after the veth was
+    made, and the reference installs a route that leads nowhere; a route twice, or one of ptp's own, went
+    through (the reference fails on each with "file exists")."""
+    ns = make_netns()
+    conf = ptp_conf(data_dir, routes=routes)
+    before = snapshot(data_dir, [ns], "ptpnet")
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 1 and r.json["code"] == 7 and r.json["msg"] == words, r
+    assert "ipam.routes" in r.json["details"], r
+    assert snapshot(data_dir, [ns], "ptpnet") == before and not host_veths()
+
+
+def test_routes_through_the_gateway_and_twice_with_other_metrics_are_taken(ours, make_netns, data_dir):
+    ns = make_netns()
+    conf = ptp_conf(data_dir, routes=[{"dst": "10.99.0.0/16", "gw": "10.22.0.1"}, {"dst": "0.0.0.0/0"},
+                                      {"dst": "0.0.0.0/0", "priority": 200}], version="1.1.0")
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 0, r
+    assert ip_json("route", "show", "10.99.0.0/16", netns=ns)[0]["gateway"] == "10.22.0.1"
+    assert sorted(x.get("metric", 0) for x in ip_json("route", "show", "default", netns=ns)) == [0, 200]
+    assert ours.delete(conf, nspath(ns)).rc == 0
+
+
+@pytest.mark.parametrize("prev", ["hello", 42, [1, 2]])
+def test_a_prev_result_that_is_no_result_is_refused_by_add(ours, make_netns, data_dir, prev):
+    """Review 16: ptp ADD took any prevResult (and made the pod); the reference's and our loopback refuse it."""
+    ns = make_netns()
+    conf = dict(ptp_conf(data_dir), prevResult=prev)
+    before = snapshot(data_dir, [ns], "ptpnet")
+    r = ours.add(conf, nspath(ns))
+    assert r.rc == 1 and r.json["code"] == 6 and r.json["msg"].startswith("prevResult"), r
+    assert snapshot(data_dir, [ns], "ptpnet") == before and not host_veths()
+    assert ours.delete(conf, nspath(ns)).rc == 0

@@ -98,6 +98,16 @@ REAL = [
      '[/opt/cni/bin/]]"', ["crio-validate", "plugin-not-found"]),
     ('level=warning msg="Error validating CNI config file /etc/cni/net.d/10-crio-bridge.conflist: [failed to find '
      'plugin \\"bridge\\" in path [/var/lib/rancher/k3s/data/cni]]"', ["cni-validate", "plugin-not-found"]),
+    # kubelet's probes: the node's traffic to a pod (kubernetes#115469, goldpinger#117, kubernetes#88555 in Go's
+    # older unquoted form, lanzafame/ipfs-cluster-k8s#5)
+    ('Warning  Unhealthy  21m (x44 over 2d1h)  kubelet  Liveness probe failed: Get "http://10.244.54.71:18051/'
+     'healthcheck": context deadline exceeded (Client.Timeout exceeded while awaiting headers)', ["kubelet-probe"]),
+    ('Readiness probe failed: Get "http://172.16.1.4:8080/healthz": dial tcp 172.16.1.4:8080: i/o timeout '
+     "(Client.Timeout exceeded while awaiting headers)", ["kubelet-probe"]),
+    ("Readiness probe failed: Get http://10.48.8.31:80/wp-login.php: net/http: request cancelled (Client.Timeout "
+     "exceeded while awaiting headers)", ["kubelet-probe"]),
+    ('Readiness probe failed: Get "http://10.1.70.53:9094/id": dial tcp 10.1.70.53:9094: connect: connection refused',
+     ["kubelet-probe"]),
 ]
 
 
@@ -147,7 +157,8 @@ def test_each_entry_matches_the_shapes_it_cites(entry):
     without an unknown name."""
     samples = {"rest": "netplugin failed with no error message", "path": "/run/x/y", "dir": "/etc/cni/net.d",
                "dirs": "/opt/cni/bin /usr/lib/cni", "version": "1.0.0", "versions": '"0.3.1" "0.4.0"',
-               "ip": "10.1.0.7", "cidr": "10.1.0.1/24", "range": "10.1.0.2-10.1.0.9", "n": "0", "verb": "add"}
+               "ip": "10.1.0.7", "cidr": "10.1.0.1/24", "range": "10.1.0.2-10.1.0.9", "n": "0", "verb": "add",
+               "probe": "Liveness", "url": "http://10.1.0.7:8080/healthz", "detail": "connect: connection refused"}
     for shape in entry.shapes:
         text = re.sub(r"<([a-z_]+\d*|\.\.\.)>", lambda m: "; " if m.group(1) == "..." else samples.get(
             re.sub(r"\d+$", "", m.group(1)).rsplit("_", 1)[-1], "x1"), shape)

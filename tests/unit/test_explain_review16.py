@@ -121,6 +121,39 @@ def test_libcnis_own_words_wrap_what_skb_knows():
 
 
 # ---------------------------------------------------------------------------------------------------
+# 3. a kubelet probe is the pod's traffic from the node
+
+def test_a_probe_timeout_is_not_a_cni_deadline():
+    layers = explain.match(PROBE)
+    assert [layer.key for layer in layers] == ["kubelet-probe"]
+    layer = layers[0]
+    assert {"rp-filter-strict", "forwarding-off", "pod-range-overlap"} <= set(layer.entry.codes)
+    assert "node" in layer.entry.groups
+    assert "ip route get 10.244.1.5" in " ".join(layer.checks())
+    text = explain._paragraph(layer)
+    assert "readiness" in text.lower() and "10.244.1.5" in text and "timeoutSeconds" in text, text
+
+
+@pytest.mark.parametrize("text, words", [
+    ('Liveness probe failed: Get "http://10.244.0.5:8080/healthz": dial tcp 10.244.0.5:8080: connect: connection '
+     "refused", "nothing listens"),
+    ("Startup probe failed: dial tcp 10.244.0.5:5432: connect: no route to host", "no way to"),
+    ('I1127 10:00:00.000000    1234 prober.go:107] "Probe failed" probeType="Readiness" pod="default/web-0" '
+     'podUID="5e2c" containerName="web" probeResult="failure" output="Get \\"http://10.244.1.5:8080/healthz\\": '
+     'context deadline exceeded (Client.Timeout exceeded while awaiting headers)"', "timeoutSeconds"),
+])
+def test_probe_failures_say_what_the_error_means(text, words):
+    layers = explain.match(text)
+    assert [layer.key for layer in layers] == ["kubelet-probe"], [layer.key for layer in layers]
+    assert words in explain._paragraph(layers[0]), explain._paragraph(layers[0])
+
+
+def test_a_runtimes_deadline_is_still_a_deadline():
+    assert [layer.key for layer in explain.match("Error adding network: context deadline exceeded")] == \
+        ["cni-add-network", "deadline"]
+
+
+# ---------------------------------------------------------------------------------------------------
 # 4. control characters from the message
 
 ESC = 'failed to find plugin "ptp\x1b[31m" in path [/opt/cni/bin]'

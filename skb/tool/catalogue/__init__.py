@@ -6,9 +6,11 @@ reference plugin, flannel, Calico, AWS VPC CNI, Multus, the kernel's tools): the
 ``checks`` an operator runs, the ``fix``, and the doctor finding codes and check groups that bear on it.
 The matcher is compiled from the shapes, so what an entry cites is exactly what it matches. A
 placeholder's kind is its name without trailing digits or, for a name like ``config_version``, its
-last word (PLACEHOLDERS); ``<rest>`` is a wrapped message, explained in turn, and ``<...>`` skips words. Texts name the values the message carried
-(``{plugin}``, ``{config_version}``, ``{path}``), the values of the messages around it included (a
-version mismatch wrapped by ``plugin type="flannel"`` names flannel); ``derive`` computes more of them.
+last word (PLACEHOLDERS); ``<rest>`` is a wrapped message, explained in turn, ``<detail>`` the rest of a
+line that the entry explains itself (its ``derive`` reads it), and ``<...>`` skips words. Texts name the
+values the message carried (``{plugin}``, ``{config_version}``, ``{path}``), the values of the messages
+around it included (a version mismatch wrapped by ``plugin type="flannel"`` names flannel); ``derive``
+computes more of them.
 
 The entries are in ``runtimes`` (kubelet, containerd, CRI-O, podman), ``protocol`` (libcni, how a plugin
 is run, versions), ``reference`` (the reference plugins, iptables) and ``addons`` (flannel, Calico, AWS

@@ -27,6 +27,9 @@ PLACEHOLDERS = {
     "verb": r"[a-z]{1,16}",
     "word": r"\S{1,255}",
     "reason": r"[^,\"\n]{1,1024}",
+    "detail": r"[^\n]{1,4096}",                     # the rest of the line, explained by the entry itself
+    "url": r"[A-Za-z][A-Za-z0-9.\+-]{0,15}://[^\s\"]{1,4096}",
+    "probe": r"Readiness|Liveness|Startup",
 }
 _PLACEHOLDER = re.compile(r"<([a-z_]+\d*|\.\.\.)>")
 

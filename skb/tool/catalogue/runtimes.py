@@ -1,6 +1,49 @@
 """The messages of the runtimes: kubelet, containerd (its CRI plugin, go-cni, ctr), CRI-O (ocicni) and
-podman. Most wrap a plugin's error (``<rest>``), explained in turn."""
+podman. Most wrap a plugin's error (``<rest>``), explained in turn. kubelet's failed probes are here too:
+the node's traffic to a running pod, not a CNI call."""
+import re
+
 from skb.tool.catalogue.entry import BINS, CONF, IPAM, RUN, VERSIONS, Entry
+
+# where a probe went: "10.244.1.5:8080/healthz" (a URL without its scheme) or "10.244.1.5:8080: connect: ..."
+_HOST_PORT = re.compile(r"(?:\[([0-9A-Fa-f:.]{2,45})\]|([0-9.]{7,15}))(?::(\d{1,5}))?")
+
+
+def _probe(v):
+    """The pod's address and port a probe went to, and what its error says about the path from the node."""
+    url, detail = v.get("url", ""), v.get("detail", "")
+    m = _HOST_PORT.match(url.split("://", 1)[-1] if url else detail)
+    ip, port = ((m.group(1) or m.group(2)), m.group(3) or "") if m else ("", "")
+    host = f"[{ip}]" if ":" in ip else ip
+    out = {"kind": (v.get("probe") or "").lower(), "pod_ip": ip or "POD_IP", "port": port or "PORT",
+           "target": url or (f"{host}:{port}" if ip and port else "POD_IP:PORT")}
+    if ip:
+        out["ip"] = ip
+    words = detail.lower()
+    slow = ("if the application answers slowly, raise the probe's timeoutSeconds; otherwise fix what the doctor "
+            "finds below (a pod range overlapping the node, strict rp_filter) and any firewall rule or network "
+            "policy dropping the node's traffic to pods")
+    if "connection refused" in words:
+        out["why"] = (f"A refusal means the pod's address answered: the path from the node works, and nothing "
+                      f"listens on port {out['port']} in the container (not started yet, listening on 127.0.0.1 "
+                      "only, or on another port)")
+        out["remedy"] = (f"make the container listen on port {out['port']} on all its addresses (not only "
+                         "127.0.0.1), or point the probe at the port it listens on; a slow start wants a "
+                         "startupProbe")
+    elif any(w in words for w in ("no route to host", "network is unreachable", "host is unreachable")):
+        out["why"] = (f"The node found no way to {ip or 'the pod'}: its route there leads nowhere, or nothing "
+                      "answers ARP or neighbour discovery for it (the pod's veth is gone or down)")
+        out["remedy"] = ("fix the node's route to the pod (skb doctor names a pod range overlapping the node's "
+                         "network); a pod whose veth is gone must be recreated")
+    elif any(w in words for w in ("timeout", "deadline exceeded", "timed out", "canceled")):
+        out["why"] = ("No answer came within the probe's timeoutSeconds (1 s unless set): the application is slow "
+                      "to answer, or packets between the node and the pod are dropped")
+        out["remedy"] = slow
+    else:
+        out["why"] = "The request from the node to the pod failed"
+        out["remedy"] = slow
+    return out
+
 
 ENTRIES = [
     Entry("not-ready-status", "kubelet",
@@ -35,6 +78,28 @@ ENTRIES = [
           "DEL of the pod network failed (kubelet's or CRI-O's own CNI code)",
           "The runtime retries; the pod's address stays reserved until a DEL succeeds. Explained below.",
           (), "", VERSIONS + ("leaked-reservation",), ("version", "leaks")),
+    # A probe's timeout is the node's traffic to a running pod, not a CNI call: this entry takes the whole
+    # line, so the "deadline" of a plugin's call never claims it.
+    Entry("kubelet-probe", "kubelet",
+          ['<probe> probe failed: Get "<url>": <detail>', "<probe> probe failed: Get <url>: <detail>",
+           "<probe> probe failed: dial tcp <detail>",
+           'probeType="<probe>" <...>output="Get "<url>": <detail>',
+           'probeType="<probe>" <...>output="dial tcp <detail>'],
+          "kubelet's {kind} probe of {target} failed: the pod's traffic from the node, not a CNI call",
+          "kubelet sends a pod's probes from the node itself (the node's network namespace) to the pod's address; "
+          "no CNI plugin runs here, the pod's network was set up when it started. {why}. What the node can break "
+          "on that path: its route to the pod must lead through the pod's own veth (a pod range overlapping the "
+          "node's network sends it elsewhere), strict reverse-path filtering (rp_filter 1) drops the pod's "
+          "replies that arrive on another interface than the node's route back, and a firewall rule or network "
+          "policy may drop traffic from the node. IP forwarding is not on this path (the node talks to its own "
+          "pod) but the pod's other traffic needs it; the doctor checks all three.",
+          ["ip route get {pod_ip} (on the node: it must leave through the pod's host-side veth, not an uplink)",
+           "curl -g -sS -m 5 -o /dev/null -w '%{{http_code}}\\n' {target} (the probe's request, sent from the "
+           "node as kubelet sends it)",
+           "sysctl net.ipv4.conf.all.rp_filter net.ipv4.ip_forward",
+           "nsenter -t $(crictl inspect -o go-template --template '{{{{.info.pid}}}}' <container id>) -n ip route "
+           "(the pod's routes: its way back to the node)"],
+          "{remedy}", ("pod-range-overlap", "rp-filter-strict", "forwarding-off"), ("node",), derive=_probe),
     Entry("sandbox-setup", "containerd",
           ['failed to setup network for sandbox "<sandbox>": <rest>', "failed to setup network for sandbox: <rest>",
            'failed to set up sandbox container "<id>" network for pod "<pod>": <rest>'],
