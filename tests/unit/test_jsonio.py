@@ -225,7 +225,7 @@ def test_numbers_beyond_a_lower_interpreter_limit(monkeypatch):
 def test_nesting_too_deep_is_located_at_the_start():
     with pytest.raises(jsonio.JSONSyntaxError) as ei:
         jsonio.loads("  " + "[" * 100000)
-    assert (ei.value.problem, ei.value.line, ei.value.col) == ("nesting too deep", 1, 3)
+    assert (ei.value.problem, ei.value.line, ei.value.col) == (jsonio.TOO_DEEP, 1, 3)
 
 
 @pytest.mark.parametrize("text,problem,line,col,snippet", [
@@ -269,7 +269,7 @@ def test_deep_nesting_is_read_or_refused_as_too_deep_never_a_crash(depth):
     try:
         value = jsonio.loads(text)
     except jsonio.JSONSyntaxError as e:
-        assert (e.problem, e.line, e.col) == ("nesting too deep", 1, 3)
+        assert (e.problem, e.line, e.col) == (jsonio.TOO_DEEP, 1, 3)
     else:
         for _ in range(depth):
             assert len(value) == 1
@@ -322,3 +322,11 @@ def test_the_scanner_context_applies_gos_rules():
         scan('["a\x01"]', 0)
     with pytest.raises(ValueError):
         scan("[NaN]", 0)
+
+
+def test_a_control_character_in_a_string_is_named_once_with_the_fix():
+    """Review 16: "invalid control character at at line 1, column 31" (the decoder's wording ends in "at")."""
+    with pytest.raises(jsonio.JSONSyntaxError) as ei:
+        jsonio.loads('{"name": "a\x1bb"}')
+    assert str(ei.value) == ("invalid control character in a string (write it escaped, e.g. \\n, \\t or \\u001b) "
+                             "at line 1, column 12"), str(ei.value)
