@@ -485,6 +485,22 @@ def test_leak_fix_without_gc_support_names_the_files(skb, setup):
     assert f"rm {store}/10.66.0.2 {store}/10.66.0.9" in f["fix"]
 
 
+def test_leaks_with_an_empty_cache_are_not_fixed_by_a_gc_that_refuses(skb, setup):
+    """Review 16: with no cached attachment at all the fix was skb gc --keep-live, which refuses such a cache
+    (it would free the live pods' addresses too)."""
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, dataDir=str(setup.tmp / "ipam"))}]})
+    store = setup.tmp / "ipam" / "pods"
+    store.mkdir(parents=True)
+    (store / "10.66.0.2").write_text("gone\r\neth0")
+    f = find(doctor(skb, setup), "leaked-reservation")[0]
+    assert "skb gc" not in f["fix"], f["fix"]
+    assert f["fix"].startswith(f"{setup.cache}/results holds no cached attachment, so nothing here tells live pods "
+                               "from dead ones: if the runtime keeps its libcni cache elsewhere, run skb doctor "
+                               "--cache-dir DIR"), f["fix"]
+    assert f["fix"].endswith(f"once the containers are confirmed gone: rm {store}/10.66.0.2"), f["fix"]
+
+
 @pytest.mark.kernel
 def test_skb_gc_as_the_doctor_says_frees_the_leaks(skb, setup):
     """The fix is run as printed (plus the bin dir): review 15 found it left out the conf dir and the cache

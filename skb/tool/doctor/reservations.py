@@ -139,10 +139,6 @@ def check_leaks(networks, cache_dir, findings, reported=(), bins=None):
                           for ip, cid, ifname, _p, why, _a in leaked[:5])
         more = f"; and {len(leaked) - 5} more" if len(leaked) > 5 else ""
         fix = gc_fix(netconf, leaked, cache_dir, (bins or {}).get(netconf.source, ()))
-        results = os.path.join(cache_dir, "results")
-        if not (os.path.isdir(results) and os.listdir(results)):
-            more += (f"; {results} holds no cached result at all: if the runtime keeps its libcni cache elsewhere, "
-                     "run skb doctor --cache-dir DIR")
         findings.append(Finding(
             "warning", "leaked-reservation",
             f'{len(leaked)} leaked host-local reservation{"s" if len(leaked) > 1 else ""} in network "{netconf.name}"',
@@ -166,6 +162,13 @@ def gc_fix(netconf, leaked, cache_dir=libcni.DEFAULT_CACHE_DIR, bin_dirs=()):
         gc += f" --cni-path {shlex.quote(':'.join(bin_dirs))}"
     if cache_dir and os.path.normpath(cache_dir) != os.path.normpath(libcni.DEFAULT_CACHE_DIR):
         gc += f" --cache-dir {shlex.quote(cache_dir)}"
+    if not cached_attachments(cache_dir):
+        # skb gc --keep-live refuses an empty cache (it would free every reservation, live pods' too):
+        # nothing here says which pods live (review 16)
+        results = os.path.join(cache_dir, "results")
+        return (f"{results} holds no cached attachment, so nothing here tells live pods from dead ones: if the "
+                f"runtime keeps its libcni cache elsewhere, run skb doctor --cache-dir DIR; if not, once the "
+                f"containers are confirmed gone: {files}")
     if gc_can:
         return f"{gc} (DELs the dead attachments, then GC frees the rest)"
     if len(uncached) < len(leaked):
