@@ -2,7 +2,7 @@
 the container end's peer, the masquerade rules and forwarding, against the runtime's cached result.
 Loaded only for CHECK (ptp.py imports it there).
 """
-from skb.cni.errors import CNIError, INTERNAL
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
 from skb.cni.result import parse_prev_result
 from skb.linux import guard
 from skb.linux import sysctl
@@ -21,8 +21,9 @@ def check(call):
     with ns:
         call.ipam.check()
         if conf.prev_result is None:
-            raise CNIError(INTERNAL, "ptp: Required prevResult missing",
-                           "CHECK needs the ADD result as prevResult (the runtime's cached result)")
+            raise CNIError(INVALID_CONFIG, "ptp: Required prevResult missing",   # (the reference: 999)
+                           "CHECK needs the ADD result as the configuration's prevResult (the runtime's cached "
+                           "result): give the prevResult key")
         prev = parse_prev_result(conf.cni_version, conf.prev_result)
         cont_if = next((i for i in prev.interfaces if i.name == args.ifname and i.sandbox == args.netns), None)
         if cont_if is None:

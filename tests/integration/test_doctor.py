@@ -168,7 +168,7 @@ def test_invalid_json_with_line_and_column(skb, setup):
     out = doctor(skb, setup)
     f = find(out, "invalid-json")[0]
     assert f["severity"] == "error" and f["what"] == "10-pods.conflist is not valid JSON"
-    assert f["evidence"].startswith("line 4, column 36: trailing comma")
+    assert f["evidence"].startswith("line 4, column 36: trailing comma after the last key (JSON allows none)")
     assert f["fix"] == f"fix line 4 of {setup.conf}/10-pods.conflist"
 
 

@@ -328,7 +328,7 @@ def test_check_verifies_both_ends(ptp, make_netns, data_dir):
     c = ptp.check(conf, nspath(ns), bad_mac)
     assert c.rc == 1 and c.json["msg"].startswith("ptp: Interface eth0 Mac 02:00:00:00:00:01 doesn't match"), c
     c = ptp("CHECK", conf, nspath(ns))
-    assert c.rc == 1 and c.json["msg"] == "ptp: Required prevResult missing"
+    assert c.rc == 1 and c.json["msg"] == "ptp: Required prevResult missing" and c.json["code"] == 7, c
     assert ptp.delete(conf, nspath(ns)).rc == 0
     c = ptp.check(conf, nspath(ns), prev)
     assert c.rc == 1    # the IPAM plugin no longer knows the attachment (or the link is gone)
