@@ -302,9 +302,9 @@ def run(environ, stdin):
 
 
 def capture_path(out):
-    """``captureFile`` from the decoded configuration or, when skel rejected the configuration before the
-    plugin's keys were read (a bad name, an unsupported version), from its JSON if that is an object
-    (the key found as Go's decoder finds it)."""
+    """``captureFile`` from the decoded configuration or, when skel rejected the call before the plugin's
+    keys were read (a bad CNI_IFNAME or container id, a missing variable, a bad name, an unsupported
+    version), from its JSON if that is an object (the key found as Go's decoder finds it)."""
     path = getattr(out.conf, "capture_file", None) if out.conf is not None else None
     if path is None and out.stdin:
         try:

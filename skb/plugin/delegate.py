@@ -11,9 +11,10 @@ here through ``skel.run`` with the same environment and stdin, and its stdout, s
 read exactly as a child's would be. "Our own" is decided by identity, not by name: the file must be a
 launcher (same inode as, or byte-identical to, the launcher of that name next to our bundle) and its
 directory's ``.skb`` must resolve to the bundle running now, because that is what the launcher would
-exec. A foreign ``host-local`` earlier in CNI_PATH is exec'd. ``SKB_IPAM_EXEC=1`` forces exec; a debug
-log (``SKB_DEBUG_LOG``/``skbDebugLog``) does too, so the delegate logs its own call as it would alone.
-``SKB_IPAM_TRACE=1`` notes on stderr which way each delegation went.
+exec. A foreign ``host-local`` earlier in CNI_PATH is exec'd. ``SKB_IPAM_EXEC=1`` forces exec.
+``SKB_IPAM_TRACE=1`` notes on stderr which way each delegation went. Either way the delegate writes no
+debug log record (``SKB_DEBUG_LOG``/``skbDebugLog``) of its own: it is not a call of the runtime, and the
+caller's record holds its outcome (skel.debug_log_path).
 
 Delegation never recurses: an ``ipam.type`` that is this plugin itself (the same name as its ``type``, or
 a name that resolves to the same file, or a launcher that would run this very applet of this bundle) is
@@ -101,8 +102,8 @@ def _is_own_build(path, applet):
         return False
 
 
-def _in_process(path, debug_log, environ):
-    if environ.get("SKB_IPAM_EXEC") == "1" or environ.get("SKB_DEBUG_LOG") or debug_log:
+def _in_process(path, environ):
+    if environ.get("SKB_IPAM_EXEC") == "1":
         return None
     name = os.path.basename(path)
     module = skel.IN_PROCESS.get(name)
@@ -118,7 +119,7 @@ def _in_process(path, debug_log, environ):
 # delegates to itself, directly or through another plugin, would otherwise start copies of itself
 # forever (a fork chain that outlives a SIGKILL of the first one). One level is the normal case (ptp ->
 # host-local); a few more leave room for an IPAM plugin that delegates in turn.
-DEPTH_VAR = "SKB_DELEGATION_DEPTH"
+DEPTH_VAR = skel.DELEGATION_DEPTH
 MAX_DEPTH = 4
 
 
@@ -134,13 +135,8 @@ def _environ(command, args, environ):
     env = invoke.environ(base, command, args.container_id, args.netns, args.ifname, args.args, path)
     if args.netns_override and env.get("CNI_NETNS_OVERRIDE", "").lower() not in ("1", "true"):
         env["CNI_NETNS_OVERRIDE"] = "1"
-    env[DEPTH_VAR] = str(_depth(base) + 1)
+    env[DEPTH_VAR] = str(skel.delegation_depth(base) + 1)
     return env
-
-
-def _depth(environ):
-    value = environ.get(DEPTH_VAR, "")
-    return int(value) if value.isdecimal() and len(value) < 6 else 0
 
 
 def _same_file(a, b):
@@ -176,7 +172,7 @@ def _refuse_recursion(plugin, path, args, own_type, environ):
     if itself:
         raise CNIError(INVALID_CONFIG, f'ipam.type "{plugin}" is this plugin itself ({path}): delegating to it '
                                        "would start it again, forever", fix)
-    depth = _depth(os.environ if environ is None else environ)
+    depth = skel.delegation_depth(os.environ if environ is None else environ)
     if depth >= MAX_DEPTH:
         raise CNIError(INVALID_CONFIG, f'ipam.type "{plugin}": IPAM delegation is already nested {depth} deep '
                                        f"({DEPTH_VAR}={depth}); a plugin delegates to itself through another",
@@ -203,7 +199,7 @@ class Delegate:
             call = self.call
             path = find_in_path(self.type, call.args.path)
             _refuse_recursion(self.type, path, call.args, call.conf.type, call.environ)
-            self._inproc = _in_process(path, call.conf.debug_log, env)
+            self._inproc = _in_process(path, env)
             self._path = path
         return self._path
 

@@ -206,6 +206,12 @@ def run(plugin, environ, stdin):
         except env.MissingCommand:
             out.stderr = _about(plugin)
             return out
+        except CNIError:
+            # stdin is not read for a call the environment fails (as in Go's skel), but a caller that read
+            # it already (the debug plugin, whose records quote it) keeps it: that call is recorded whole.
+            if isinstance(stdin, (bytes, str)):
+                out.stdin = stdin
+            raise
         if args.command == env.VERSION:
             # Like Go's skel, VERSION does not read stdin (a runtime may leave it open).
             out.stdout = VERSION_REPLY
@@ -260,9 +266,25 @@ def _debug_log_usable(conf, command, out):
     return True
 
 
+# Set by a plugin of this suite in the environment of the IPAM plugin it runs (skb.plugin.delegate), to
+# the nesting depth: it bounds a delegation that comes back through other programs, and it tells the
+# delegate that its call is not the runtime's.
+DELEGATION_DEPTH = "SKB_DELEGATION_DEPTH"
+
+
+def delegation_depth(environ):
+    """How deep in IPAM delegation this call is: 0 for a call the runtime made."""
+    value = environ.get(DELEGATION_DEPTH, "")
+    return int(value) if value.isdecimal() and len(value) < 6 else 0
+
+
 def debug_log_path(environ, out):
     """(key, path) of the debug log for this call, or None. The configuration's ``skbDebugLog`` wins
-    over ``SKB_DEBUG_LOG``."""
+    over ``SKB_DEBUG_LOG``. A delegated IPAM call writes no record: a log holds only the runtime's calls
+    (``skb replay -n 3`` is the runtime's third), and the delegating plugin's record holds what IPAM
+    answered (its result in the ADD's, its error as the plugin's own)."""
+    if delegation_depth(environ):
+        return None
     if out.debug_log:
         return "skbDebugLog", out.debug_log
     path = environ.get("SKB_DEBUG_LOG", "")

@@ -112,9 +112,9 @@ def test_cri_pod_sandbox_lifecycle(sandbox, containerd, cri):
     assert json.loads(lo[0]["stdin"])["cniVersion"] == "0.3.1"
     assert json.loads(lo[0]["stdout"])["cniVersion"] == "0.3.1"
     eth0 = state.calls(sandbox, command="ADD", ifname="eth0")
-    assert [r["plugin"] for r in eth0] == ["host-local", "ptp", "loopback", "debug"]
+    assert [r["plugin"] for r in eth0] == ["ptp", "loopback", "debug"]    # (ptp's host-local: no record of its own)
     assert all(r["exitCode"] == 0 for r in eth0)
-    assert "K8S_POD_NAME=p1" in eth0[1]["env"]["CNI_ARGS"]
+    assert "K8S_POD_NAME=p1" in eth0[0]["env"]["CNI_ARGS"]
     assert state.reservations(sandbox, net) == ["10.92.0.2"] and state.nat_rules(sandbox)
     assert len(state.cached_results(sandbox)) == 2  # the pod network's and cni-loopback's
 

@@ -531,7 +531,8 @@ def test_replay_in_a_scratch_netns_when_the_captured_one_is_gone(skb, node, bin_
 
 def _ptp_add_then_del(bin_dir, tmp_path, ns):
     """A recorded ptp ADD (with ipMasq and a reservation), undone by its DEL, its netns then deleted:
-    the node is clean, and the log holds ptp's ADD as record #2 (host-local's is #1). Returns (log, data dir)."""
+    the node is clean, and the log holds ptp's ADD as record #1 (its host-local writes no record of its
+    own). Returns (log, data dir)."""
     data, log = tmp_path / "ipam", tmp_path / "calls.jsonl"
     conf = {"cniVersion": "1.0.0", "name": "ptpnet", "type": "ptp", "ipMasq": True, "skbDebugLog": str(log),
             "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "dataDir": str(data)}}
@@ -557,9 +558,10 @@ def test_a_replayed_add_is_undone_by_its_del(skb, bin_dir, make_netns, tmp_path)
     subprocess.run(["ip", "netns", "del", ns], check=True)
     clean = _node_state(data)
     assert clean[0] == {} and not clean[3]
-    p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir)
+    p = run(skb, "replay", str(log), "-n", "1", "--json", "--cni-path", bin_dir)
     out = json.loads(p.stdout)
     assert out["command"] == "ADD" and out["replayed"]["exitCode"] == 0, p.stdout + p.stderr
+    assert os.path.basename(out["plugin"]) == "ptp"
     assert re.search(r"ran the matching DEL \(container skb-replay-[0-9a-f]{16}, ifname eth0\)", out["cleanupNote"])
     assert "not the recorded 'replayed1'" in out["netnsNote"]
     assert _node_state(data) == clean
@@ -581,10 +583,9 @@ def test_a_scratch_replay_never_reaches_a_running_pod(skb, bin_dir, make_netns, 
     running = _node_state(data)
     links = ip_json("link", "show", netns=ns)
     assert list(running[0]) == ["10.78.0.2"] and running[1] and running[3], running
-    for number in ("1", "2"):        # host-local's ADD, then ptp's
-        p = run(skb, "replay", str(log), "-n", number, "--json", "--cni-path", bin_dir, "--scratch")
-        assert p.returncode in (0, 1) and "skb-replay-" in json.loads(p.stdout)["netnsNote"], p.stdout + p.stderr
-        assert _node_state(data) == running and ip_json("link", "show", netns=ns) == links
+    p = run(skb, "replay", str(log), "-n", "1", "--json", "--cni-path", bin_dir, "--scratch")    # ptp's ADD
+    assert p.returncode in (0, 1) and "skb-replay-" in json.loads(p.stdout)["netnsNote"], p.stdout + p.stderr
+    assert _node_state(data) == running and ip_json("link", "show", netns=ns) == links
     assert run_plugin(ptp, dict(env, CNI_COMMAND="DEL"), conf).rc == 0
     assert _node_state(data)[0] == {}
 
@@ -594,18 +595,18 @@ def test_a_replayed_add_into_a_live_netns_is_refused_without_live(skb, bin_dir, 
     ns = make_netns()
     log, data = _ptp_add_then_del(bin_dir, tmp_path, ns)            # the netns stays: a pod still running
     clean = _node_state(data)
-    p = run(skb, "replay", str(log), "-n", "2", "--cni-path", bin_dir)
+    p = run(skb, "replay", str(log), "-n", "1", "--cni-path", bin_dir)
     assert p.returncode == 2 and f"the recorded netns /run/netns/{ns} still exists" in p.stderr, p.stderr
     assert "--scratch" in p.stderr and "--live" in p.stderr
     assert _node_state(data) == clean and [link["ifname"] for link in ip_json("link", "show", netns=ns)] == ["lo"]
-    p = run(skb, "replay", str(log), "-n", "2", "--json", "--cni-path", bin_dir, "--scratch")
+    p = run(skb, "replay", str(log), "-n", "1", "--json", "--cni-path", bin_dir, "--scratch")
     assert p.returncode in (0, 1) and "ran the matching DEL" in json.loads(p.stdout)["cleanupNote"], p.stderr
     assert _node_state(data) == clean
     # the same ADD, but for what its own container ID generates (MACs, host veth name, next address): the same
     out = json.loads(p.stdout)
     assert p.returncode == 0 and out["same"] is True and out["generatedAside"] is True, p.stdout
     assert out["recorded"]["stdout"] != out["replayed"]["stdout"]
-    p = run(skb, "replay", str(log), "-n", "2", "--cni-path", bin_dir, "--scratch")
+    p = run(skb, "replay", str(log), "-n", "1", "--cni-path", bin_dir, "--scratch")
     assert p.returncode == 0 and "same outcome as recorded (but for what the replay's own container ID" in p.stdout
 
 
