@@ -213,10 +213,12 @@ static void spawn(int dir, const char *key, const char *bindir, const char *load
             return;
     }
     char k1[128] = "_PYI_ARCHIVE_FILE=", lc[3][256] = {"LC_ALL=", "LC_CTYPE=", "LANG="};
-    char *env[8] = {k1, "_PYI_PARENT_PROCESS_LEVEL=0", "_PYI_LINUX_PROCESS_NAME=skb-warm",
-                    "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-    int e = 4;
-    if (!cat(k1, sizeof(k1), program, NULL))
+    char caller[48] = "SKB_WARM_CALLER=", num[12];
+    /* (the server leaves at once where this caller was alone: a cgroup, session or namespace per call) */
+    char *env[9] = {k1, "_PYI_PARENT_PROCESS_LEVEL=0", "_PYI_LINUX_PROCESS_NAME=skb-warm",
+                    "PATH=/usr/sbin:/usr/bin:/sbin:/bin", caller, NULL};
+    int e = 5;
+    if (!cat(k1, sizeof(k1), program, NULL) || !cat(caller, sizeof(caller), decimal(num, (unsigned)getpid()), NULL))
         return;
     for (int i = 0; i < 3; i++) {
         char name[16] = "";

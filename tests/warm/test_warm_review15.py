@@ -41,7 +41,10 @@ def test_a_cgroup_made_for_a_call_can_be_removed_after_it(wbin):
     cg = _pids_cgroup(f"skb-test-call-{os.getpid()}")
     try:
         calls_in_cgroup(os.path.join(wbin, "loopback"), cg)
-        wait_for(lambda: "no other process in its cgroup" in server_logs() and not _procs(cg),
+        # (review 16: the server started by the first call there sees its caller alone there, and does not
+        # serve; one that did serve would end at its next check)
+        wait_for(lambda: ("its first caller was alone in its cgroup" in server_logs() or
+                          "no other process in its cgroup" in server_logs()) and not _procs(cg),
                  "the server of that cgroup to end, and the cgroup to empty", 30)
         os.rmdir(cg)
     finally:

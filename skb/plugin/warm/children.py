@@ -67,6 +67,49 @@ def cgroup_alone(ours, cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup"):
     return False
 
 
+_NAMESPACES = {"net": "network namespace", "mnt": "mount namespace", "ipc": "IPC namespace", "uts": "UTS namespace"}
+
+
+def alone(mine):
+    """Where no process but ``mine`` (pids as text) is with us, else None: a finished sandbox; a caller
+    that makes a mount namespace, a cgroup, a session, an IPC or UTS namespace per call (`ip netns exec`,
+    Go's Setsid, `unshare`; one that removes its cgroup after: reviews 15, 16). Warm servers and their
+    spares (comm "skb-warm") do not count: two servers must not keep each other."""
+    if cgroup_alone(mine):
+        return "cgroup"
+    want = {kind: ident for kind in _NAMESPACES if (ident := _ns(f"/proc/self/ns/{kind}")) is not None}
+    sid = os.getsid(0)
+    if not (str(sid) not in mine and _session_of(sid) == sid and _comm(sid) not in ("skb-warm\n", "")):
+        want["session"] = sid       # (its leader gone: does anyone else hold it?)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid in mine:
+            continue
+        hits = [kind for kind in want if (_session_of(pid) == sid if kind == "session" else
+                                          _ns(f"/proc/{pid}/ns/{kind}") == want[kind])]
+        if hits and _comm(pid) not in ("skb-warm\n", ""):
+            for kind in hits:
+                del want[kind]
+            if not want:
+                return None
+    return next(_NAMESPACES.get(k, k) for k in (*_NAMESPACES, "session") if k in want)
+
+
+def _ns(path):
+    try:
+        st = os.stat(path)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return None
+
+
+def _session_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _comm(pid):
     try:
         with open(f"/proc/{pid}/comm") as f:

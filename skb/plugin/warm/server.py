@@ -142,6 +142,12 @@ class Server:
             return "under a seccomp filter"
         if (why := children.memory_refusal()) is not None:   # (it and its spares count there)
             return why
+        # A caller that makes a cgroup, a session or a namespace per call (the one that started us being
+        # alone there with us) would find us there after it, for nothing: its next call is another context
+        # (review 16: a cgroup could not be removed at once; servers that never served kept others out)
+        caller = os.environ.pop("SKB_WARM_CALLER", "")
+        if caller.isdigit() and (alone := self.alone_in(also={caller})) is not None:
+            return f"its first caller was alone in its {alone} (one made for the call)"
         if os.path.realpath(os.path.join(self.bindir, ".skb")) != self.bundle:
             return "the bin dir no longer runs this bundle"
         self.lock = os.open(f"{self.key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600,
@@ -497,29 +503,10 @@ class Server:
             if alone:
                 return self.stop(f"no other process in its {alone} (its context is gone)")
 
-    def alone_in(self):
-        """Where no process but ours is with us (a finished sandbox; a caller that makes a mount namespace, or a
-        cgroup, per call: `ip netns exec`; one that removes its cgroup after, review 15), else None. Warm
-        servers and their spares (comm "skb-warm") do not count: two servers must not keep each other."""
-        mine = {str(self.pid)} | {str(c.pid) for c in self.children.calls.values()} | \
-            {str(s.pid) for s in self.children.spares}
-        if children.cgroup_alone(mine):
-            return "cgroup"
-        want = {"net": _ident(os.stat("/proc/self/ns/net")), "mnt": _ident(os.stat("/proc/self/ns/mnt"))}
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit() or pid in mine:
-                continue
-            for kind in list(want):
-                try:
-                    if _ident(os.stat(f"/proc/{pid}/ns/{kind}")) == want[kind]:
-                        with open(f"/proc/{pid}/comm") as f:
-                            if f.read() != "skb-warm\n":
-                                del want[kind]
-                except OSError:
-                    continue
-            if not want:
-                return None
-        return "network namespace" if "net" in want else "mount namespace"
+    def alone_in(self, also=()):
+        """Where no process but ours (and ``also``: pids) is with us, else None (children.alone)."""
+        return children.alone({str(self.pid)} | {str(c.pid) for c in self.children.calls.values()} |
+                              {str(s.pid) for s in self.children.spares} | {str(p) for p in also})
 
     def status(self):
         def median(i, q=0.5):
