@@ -88,8 +88,10 @@ def _delay(v, where, _d, _old):
 
 
 def _code(v, where, _d, _old):
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise CNIError(INVALID_CONFIG, f"{where}: expected a non-negative integer", f"found {jsonio.dumps(v)}")
+    # (a runtime reads the code as Go's uint: one past 2^32-1, as 0, is no error it can report; review 16)
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 0xFFFFFFFF:
+        raise CNIError(INVALID_CONFIG, f"{where}: expected an error code, an integer from 1 to 4294967295",
+                       f"found {jsonio.dumps(v)}")
     return v
 
 
@@ -148,6 +150,11 @@ def _hooks(v, where, _d, _old):
                                         for h in v)):
         raise CNIError(INVALID_CONFIG, f"invalid field {where}: expected a list of argv lists, found "
                                        f"{describe(v)}", f'e.g. "{where}": [["ip", "link"]]')
+    for i, h in enumerate(v):     # (no program takes one: a NUL was a traceback, code 999, review 16)
+        for j, a in enumerate(h):
+            if "\0" in a:
+                raise CNIError(INVALID_CONFIG, f"invalid field {where}[{i}][{j}]: it contains a NUL byte",
+                               "a program's arguments cannot hold one: remove it")
     return v
 
 
@@ -282,7 +289,7 @@ class Recorder:
                 for argv in hooks:
                     try:
                         p = subprocess.run(argv, env=dict(self.environ), capture_output=True, stdin=subprocess.DEVNULL)
-                    except OSError as e:
+                    except (OSError, ValueError) as e:    # (ValueError: a NUL in its environment, say)
                         self.note(f"hook {argv!r}: {e}")
                         continue
                     if p.returncode:

@@ -80,7 +80,8 @@ def _addr_field(text, key, where):
         return None
     ip = IP.parse(text)
     if ip is None:
-        raise _bad(where, f"{key} {text!r} is not an IP address")
+        raise _bad(where, f"{key} {text!r} is not an IP address",
+                   'write an address alone, e.g. "10.1.0.1" or "fd00::1" (no prefix length, spaces or zone)')
     return ip
 
 
@@ -221,9 +222,11 @@ class RouteConf(cfg.Conf):
 
     def check(self, decoding, where):
         if Net.parse(self.dst) is None:
-            raise CNIError(INVALID_CONFIG, f"invalid field {where}.dst: {self.dst!r} is not a network in CIDR notation")
+            raise CNIError(INVALID_CONFIG, f"invalid field {where}.dst: {self.dst!r} is not a network in CIDR notation",
+                           'e.g. "0.0.0.0/0", "10.96.0.0/12" or "::/0" (no zone)')
         if self.gw and IP.parse(self.gw) is None:
-            raise CNIError(INVALID_CONFIG, f"invalid field {where}.gw: {self.gw!r} is not an IP address")
+            raise CNIError(INVALID_CONFIG, f"invalid field {where}.gw: {self.gw!r} is not an IP address",
+                           'write an address alone, e.g. "10.1.0.1", or leave gw out for the range\'s gateway')
         if self.gw and IP.parse(self.gw).family != Net.parse(self.dst).family:
             raise CNIError(INVALID_CONFIG, f"invalid field {where}.gw: {self.gw} is not of the IP version of "
                                            f"dst {self.dst}", "give the route a gateway of its own IP version")

@@ -14,7 +14,7 @@ from skb.linux import guard
 from skb.linux import netns
 from skb.plugin import delegate
 from skb.plugin import skel
-from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG
+from skb.cni.errors import CNIError, INTERNAL, INVALID_CONFIG, INVALID_ENV
 from skb.cni.result import Interface, Result, parse_prev_result
 from skb.linux.netlink import Exists, NotFound, RtNetlink
 from skb.linux.netlink_codec import IFA_F_NODAD, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE
@@ -68,6 +68,12 @@ def _attachment(call):
 
 def _add(call, backend):
     args, conf = call.args, call.conf
+    if "%" in args.ifname or args.ifname in ("all", "default"):
+        # Names Go's check passes and the kernel does not take as they are: "%d" asks it to pick a free
+        # number, and "all" and "default" are the names of the sysctl dirs of every interface (review 16)
+        raise CNIError(INVALID_ENV, f"CNI_IFNAME {args.ifname!r} cannot be the pod's interface name",
+                       "the kernel reads a '%' in a new link's name as a number to fill in, and keeps 'all' and "
+                       "'default' for /proc/sys/net/*/conf; give another name, e.g. eth0")
     if conf.prev_result is not None:      # (as the reference's, and our loopback: a prevResult that is no
         parse_prev_result(conf.cni_version, conf.prev_result)    # result is refused, code 6; review 16)
     with guard.open_target(args) as ns:   # before IPAM: a bad netns costs no address

@@ -5,6 +5,7 @@ from outside: exit status, output, files a hook writes, process states read from
 import json
 import os
 import signal
+import time
 import subprocess
 import sys
 
@@ -205,3 +206,30 @@ def test_a_caller_in_an_orphaned_process_group(wbin, tmp_path, make_netns):
     assert outs["warm"].pop("served") == 1 and outs["cold"].pop("served") == 0, outs
     assert outs["warm"] == outs["cold"], outs
     assert outs["warm"]["rc"] == 0 and outs["warm"]["member"] == "T"
+
+
+def test_a_long_calls_launcher_stopped_late_stops_its_child(wbin, tmp_path, make_netns):
+    """Past a second in flight the server looks at launchers every 50 ms, not 5 (review 16: hung calls cost
+    it CPU for as long as they hung): a launcher stopped then still stops its child, and continues it."""
+    marker = tmp_path / "long-out"
+    p = _debug_call(wbin, tmp_path, make_netns("warmlong"), {"cniOutput": str(marker),
+                                                           "inject": {"ADD": {"delayMs": 8000}}}, {}, "long")
+    wait_for(lambda: marker.exists(), "the call to have begun")
+    child = wait_for(lambda: (servers(wbin)[0]["childPids"] or [None])[0], "the call's child")
+    time.sleep(1.5)   # (past LONG_CALL: the state this test needs is a call that has run that long)
+    os.kill(p.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: _state(child) == "T", "the child to stop with its launcher")
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+    wait_for(lambda: _state(child) != "T", "the child to run again")
+    p.communicate(timeout=60)
+    assert p.returncode == 0
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return ""

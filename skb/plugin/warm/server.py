@@ -24,6 +24,8 @@ WARM_DIR = RUN_DIR + "/warm"
 IDLE = 600.0            # seconds without a call before a server exits
 TICK = 2.0              # seconds between lifecycle checks
 STOP_POLL = 0.005       # seconds between two looks at the launchers of calls in flight (stopped?)
+STOP_POLL_LONG = 0.05   # the same once every call in flight is older than LONG_CALL (a hung call, review 16)
+LONG_CALL = 1.0
 MAX_CHILDREN = 32       # calls in flight at once; beyond, refused (-> exec)
 MAX_PENDING = 64        # connections accepted whose request has not arrived; beyond, the oldest is dropped
 REQUEST_WAIT = 0.5      # seconds a connected client has to send its request
@@ -261,7 +263,8 @@ class Server:
             if self.pending:
                 wake = min(wake, min(p.deadline for p in self.pending.values()))
             if self.children.calls:
-                wake = min(wake, now + STOP_POLL)
+                young = now - max(c.accepted for c in self.children.calls.values()) < LONG_CALL
+                wake = min(wake, now + (STOP_POLL if young else STOP_POLL_LONG))
             try:
                 events = self.sel.poll(0 if more else max(0.0, wake - now))
             except InterruptedError:
