@@ -38,6 +38,7 @@ _VETH_KIND = _RTA.pack(9, IFLA_INFO_KIND) + b"veth\0"
 _PEER_NETNS = _RTA.pack(8, IFLA_LINK_NETNSID)
 _USES_OBJECT = _RTA.pack(8, RTA_NH_ID)[:3]          # without its last, zero, byte: a needle ending in 0 is slow
 _EMPTY_ROUTE = bytes(_RTMSG.size)
+_IPV6_DEFAULT_METRIC = 1024
 _ERRNO_NO_NEXTHOPS = (95, 22, 97)   # EOPNOTSUPP, EINVAL, EAFNOSUPPORT: a kernel without nexthop objects
 
 
@@ -302,11 +303,17 @@ def _destinations(nl, blob, family, targets, names):
         needle = _needle(RTA_DST, packed)
         pos = blob.find(needle)
         while pos >= 0:
-            route = decode_route(_body_at(blob, pos) or _EMPTY_ROUTE)
-            if route.dst_len == bits and route.table == RT_TABLE_MAIN and route.dst_packed == packed:
+            body = _body_at(blob, pos) or _EMPTY_ROUTE
+            route = decode_route(body)
+            # ptp's own route is TOS 0 at metric 0 (IPv6: 1024, what the kernel makes of 0): one the kernel
+            # would refuse beside it (the same metric), or prefer to it (a lower one), clashes; one of
+            # another TOS, or behind it, does not (review 16)
+            if route.dst_len == bits and route.table == RT_TABLE_MAIN and route.dst_packed == packed and \
+                    body[3] == 0 and route.priority <= (0 if family == AF_INET else _IPV6_DEFAULT_METRIC):
                 via = f" via {route.gateway}" if route.gw_packed else ""
                 dev = f" dev {_name(nl, route.oif, names)}" if route.oif else ""
-                out.append(Hop(family, packed, f"{ntop(family, packed)}{via}{dev}", dest=True))
+                metric = f" metric {route.priority}" if route.priority else ""
+                out.append(Hop(family, packed, f"{ntop(family, packed)}{via}{dev}{metric}", dest=True))
                 break
             pos = blob.find(needle, pos + 1)
     return out

@@ -118,17 +118,28 @@ class NetNS:
 
 def gone(path):
     """True when ``path`` names no network namespace any more: it does not exist, or it is something else (the
-    empty file a namespace was mounted on, left by a crash or a reboot). What cannot be told (no permission)
-    is not gone: callers keep a pod they cannot judge."""
+    empty file a namespace was mounted on, left by a crash or a reboot). What cannot be told (no permission,
+    no fd left) is not gone: callers keep a pod they cannot judge. Only a regular file (which a mounted
+    namespace looks like) is opened: a device named by a hostile record is not (review 16: opening some
+    arms them)."""
     try:
-        NetNS.open(path).close()
-        return False
-    except NetNSNotFound:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
         return True
-    except CNIError as e:
-        return e.code == INVALID_ENV
-    except (OSError, ValueError, UnicodeError):
+    except (OSError, ValueError):
         return False
+    if st.st_mode & 0o170000 != 0o100000:     # (not a regular file; stat.S_ISREG without its module)
+        return True
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, ValueError):
+        return False
+    try:
+        return _ns_kind(fd) != "net"
+    finally:
+        os.close(fd)
 
 
 def own_netns():

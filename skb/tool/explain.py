@@ -17,11 +17,10 @@ once with how often it appeared. Where neither is available it says so and exits
 import os
 import sys
 import json
-import shlex
 import shutil
 import subprocess
 
-from skb.tool.style import Style, fail, visible
+from skb.tool.style import Style, fail, shell_word, visible
 from skb.tool.catalogue import ENTRIES, Values, fill
 from skb.tool.doctor import command as doctor_command
 from skb.tool.doctor.findings import SEVERITIES
@@ -62,7 +61,7 @@ class Layer:
     def checks(self):
         # Commands to copy into a shell: each value the message carried is quoted word by word (a list of
         # dirs stays several words), so that "$(...)" or ";" in a message is never run by the copy.
-        quoted = Values({k: " ".join(_shell_word(w) for w in str(v).split()) for k, v in self.values.items()})
+        quoted = Values({k: " ".join(shell_word(w) for w in str(v).split()) for k, v in self.values.items()})
         return [fill(c, quoted) for c in self.entry.checks]
 
     def fix(self):
@@ -75,26 +74,6 @@ class Layer:
         return {"pattern": self.key, "family": self.entry.family, "shape": self.shape, "layer": self.how or "outer",
                 "title": self.title(), "meaning": self.cause(), "checks": self.checks(), "fix": self.fix(),
                 "matched": self.matched()}
-
-
-def _shell_word(word):
-    """``word`` for a shell: shlex's quoting, or $'...' (bash, zsh, ksh) when it holds a character a terminal
-    would act on: printed, it stays visible; pasted, it is the exact value (a byte that was not UTF-8, which
-    Python holds as a lone surrogate, as that byte)."""
-    if word.isprintable():
-        return shlex.quote(word)
-    out = []
-    for c in word:
-        n = ord(c)
-        if c in "\\'":
-            out.append("\\" + c)
-        elif c.isprintable():
-            out.append(c)
-        elif 0xDC80 <= n <= 0xDCFF:
-            out.append(f"\\x{n - 0xDC00:02x}")
-        else:
-            out.append(f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
-    return "$'" + "".join(out) + "'"
 
 
 def _unescape(text):
@@ -154,7 +133,7 @@ def match(text):
 
 def _paragraph(layer, indent="  "):
     """The layer for a terminal: what the message carried is escaped (``visible``), as the doctor, skb log and
-    skb replay print it; the checks are already printable (``_shell_word``)."""
+    skb replay print it; the checks are already printable (``shell_word``)."""
     lines = [f"{visible(layer.title())}.", f"{indent}{visible(layer.cause())}"]
     lines += [f"{indent}check: {visible(c)}" for c in layer.checks()]
     if layer.fix():

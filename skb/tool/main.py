@@ -266,7 +266,7 @@ def _netns_problem(opts):
             return f"netns name {name.encode(errors='surrogateescape')!r} is not valid UTF-8: use a plain name"
         if not scratch_netns.valid_name(name):
             return f"invalid netns name {name!r}: use a plain file name (no '/', not '.' or '..', at most 255 bytes)"
-        if opts.action == "add" and not name.isprintable():
+        if opts.action == "add" and any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in name):
             return f"invalid netns name {name!r}: it holds control characters; use a plain name"
     try:
         st = os.stat(opts.run_dir)
@@ -279,6 +279,8 @@ def _netns_problem(opts):
     if st.st_mode & 0o170000 != 0o040000:
         return f"--run-dir {opts.run_dir!r} is not a directory: give the directory named namespaces live in"
     if opts.action == "del":   # every name judged before any is removed: a refusal changes nothing
+        if len(set(opts.names)) != len(opts.names):
+            return "a name is given twice: nothing was removed"
         for name in opts.names:
             path = scratch_netns.path_of(name, opts.run_dir)
             if not os.path.lexists(path):

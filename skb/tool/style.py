@@ -1,5 +1,6 @@
 """Terminal styling and error lines of the ``skb`` command, in one place."""
 import os
+import shlex
 import sys
 
 
@@ -58,3 +59,23 @@ def fail(prog, msg, opts=None):
     style = Style.for_stream(sys.stderr, getattr(opts, "color", "auto"))
     print(f"{prog}: {style.red('error')}: {visible(str(msg), keep=chr(10) + chr(9))}", file=sys.stderr)
     return 1
+
+
+def shell_word(word):
+    """``word`` for a shell: shlex's quoting, or $'...' (bash, zsh, ksh) when it holds a character a terminal
+    would act on: printed, it stays visible; pasted, it is the exact value (a byte that was not UTF-8, which
+    Python holds as a lone surrogate, as that byte)."""
+    if word.isprintable():
+        return shlex.quote(word)
+    out = []
+    for c in word:
+        n = ord(c)
+        if c in "\\'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        elif 0xDC80 <= n <= 0xDCFF:
+            out.append(f"\\x{n - 0xDC00:02x}")
+        else:
+            out.append(f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return "$'" + "".join(out) + "'"

@@ -134,7 +134,7 @@ def test_the_only_config_under_a_wrong_extension_is_one_finding_with_the_right_n
     f = find(out, "no-config")[0]
     assert f["what"] == f"no network configuration in {setup.conf}: 10-pods.conflist.yaml is ignored for its extension"
     # (" (or point ... at /etc/cni/net.d)" follows on a machine whose /etc/cni/net.d holds configurations)
-    assert f["fix"].split(" (or ")[0] == f"mv {setup.conf}/10-pods.conflist.yaml {setup.conf}/10-pods.conflist", f["fix"]
+    assert f["fix"].split(" (or ")[0] == f"mv -n -- {setup.conf}/10-pods.conflist.yaml {setup.conf}/10-pods.conflist", f["fix"]
     subprocess.run(f["fix"].split(" (or ")[0], shell=True, check=True)           # as printed
     out = doctor(skb, setup)
     assert "no-config" not in codes(out) and "wrong-extension" not in codes(out), out
@@ -482,7 +482,7 @@ def test_leak_fix_without_gc_support_names_the_files(skb, setup):
     assert f["fix"].startswith(f"skb gc pods --keep-live --conf-dir {setup.conf} --cni-path {':'.join(setup.bins)} "
                                f"--cache-dir {setup.cache} DELs those with a gone netns; GC of the others needs "
                                "cniVersion 1.1.0"), f["fix"]
-    assert f"rm {store}/10.66.0.2 {store}/10.66.0.9" in f["fix"]
+    assert f"cd {store} && rm -- 10.66.0.2 10.66.0.9" in f["fix"]
 
 
 def test_leaks_with_an_empty_cache_are_not_fixed_by_a_gc_that_refuses(skb, setup):
@@ -498,7 +498,7 @@ def test_leaks_with_an_empty_cache_are_not_fixed_by_a_gc_that_refuses(skb, setup
     assert f["fix"].startswith(f"{setup.cache}/results holds no cached attachment, so nothing here tells live pods "
                                "from dead ones: if the runtime keeps its libcni cache elsewhere, run skb doctor "
                                "--cache-dir DIR"), f["fix"]
-    assert f["fix"].endswith(f"once the containers are confirmed gone: rm {store}/10.66.0.2"), f["fix"]
+    assert f["fix"].endswith(f"once the containers are confirmed gone: cd {store} && rm -- 10.66.0.2"), f["fix"]
 
 
 @pytest.mark.kernel
@@ -698,6 +698,49 @@ def test_a_plugin_that_cannot_run_or_speak_the_version_is_one_error_and_status_a
     assert status["severity"] == "note" and status["what"].endswith(f"for the reason the {errors[0]} error gives")
     if plugin.startswith("#!/nonexistent"):     # exec said only "no such file or directory", of a file that is there
         assert "(its #! line asks for /nonexistent/sh, which does not exist here)" in find(out, errors[0])[0]["evidence"]
+
+
+def test_another_plugins_status_failure_is_not_folded_into_a_version_error(skb, setup, tmp_path):
+    """Review 16: fakea's own STATUS failure (its datastore) was made a note "for the reason the
+    version-unsupported error gives", an error of fakeb's."""
+    bins = tmp_path / "bins"
+    bins.mkdir()
+    (bins / "fakea").write_text("#!/bin/sh\n[ \"$CNI_COMMAND\" = VERSION ] && { echo '{\"cniVersion\":\"1.1.0\","
+                                "\"supportedVersions\":[\"1.0.0\",\"1.1.0\"]}'; exit 0; }\n"
+                                "echo '{\"code\":11,\"msg\":\"datastore down\"}'; exit 1\n")
+    (bins / "fakeb").write_text("#!/bin/sh\necho '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"1.0.0\"]}'\n")
+    for f in ("fakea", "fakeb"):
+        (bins / f).chmod(0o755)
+    setup.bins = [str(bins)]
+    setup.write("10-pods.conflist", {"cniVersion": "1.1.0", "name": "pods", "plugins": [{"type": "fakea"},
+                                                                                       {"type": "fakeb"}]})
+    out = doctor(skb, setup)
+    status = find(out, "status-failed")[0]
+    assert status["severity"] == "error" and "datastore down" in status["evidence"], status
+
+
+def test_the_rm_fix_names_every_leaked_file_quoted_as_a_shell_needs(skb, setup):
+    """Past five files it ended in "...", and a tab in the store's path was printed as a space (review 16)."""
+    data = setup.tmp / "ip\tam"
+    setup.write("10-pods.conflist", {"cniVersion": "1.0.0", "name": "pods", "plugins": [
+        {"type": "ptp", "ipam": dict(HOST_LOCAL_POD, dataDir=str(data))}]})
+    store = data / "pods"
+    store.mkdir(parents=True)
+    for i in range(2, 9):
+        (store / f"10.66.0.{i}").write_text(f"gone{i}\r\neth0")
+    f = find(doctor(skb, setup), "leaked-reservation")[0]
+    command = f["fix"].split("confirmed gone: ", 1)[1]
+    subprocess.run(["bash", "-c", command], check=True)
+    assert sorted(p.name for p in store.iterdir()) == [], command
+
+
+def test_no_mv_fix_that_would_overwrite(skb, setup):
+    """Two files with one stem, or a taken target: the mv fix would overwrite, or move into a directory."""
+    setup.write("10-p.yaml", lo_conflist("p"))
+    setup.write("10-p.yml", lo_conflist("q"))
+    out = doctor(skb, setup)
+    assert "mv -n" not in find(out, "no-config")[0]["fix"], out
+    assert len(find(out, "wrong-extension")) == 2
 
 
 def test_status_ok_and_not_sent_before_1_1_0(skb, setup):

@@ -180,7 +180,7 @@ def test_exhausted_range_is_an_error_naming_the_leaks(skb, setup):
     assert "10.66.0.5 (container c3: no cached result)" in f["evidence"]
     # (a 1.0.0 network: skb gc sends its plugins no GC, so the fix is the files, as leaked-reservation's)
     assert f["fix"] == (f"GC needs cniVersion 1.1.0 (the network has 1.0.0); once the containers are confirmed "
-                        f"gone: rm {data}/pods/10.66.0.5 {data}/pods/10.66.0.6"), f["fix"]
+                        f"gone: cd {data}/pods && rm -- 10.66.0.5 10.66.0.6"), f["fix"]
     assert "leaked-reservation" not in codes(out)                  # the same cause: in this finding
 
 
@@ -302,4 +302,4 @@ def test_an_entry_named_like_an_address_that_is_no_file_fills_the_range_too(skb,
     out = doctor(skb, setup, "--no-status")
     f = find(out, "range-exhausted")[0]
     assert f"10.66.0.6 (container (none): not a reservation file the doctor can read" in f["evidence"], f
-    assert f"rm {data}/pods/10.66.0.6" in f["fix"], f
+    assert f"cd {data}/pods && rm -- 10.66.0.6" in f["fix"], f

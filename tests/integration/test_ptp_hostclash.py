@@ -159,11 +159,18 @@ def test_refuses_a_pod_address_the_node_routes_through_or_holds(node, bin_dir, t
             expect)
 
 
-@pytest.mark.parametrize("setup, expect", [
-    (["route", "add", "10.244.1.7/32", "dev", "eth0"], "10.244.1.7 dev eth0"),
-    (["route", "add", "10.244.1.7/32", "via", "10.244.1.1", "metric", "100"], "10.244.1.7 via 10.244.1.1 dev eth0"),
+RNG4 = {"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.7", "rangeEnd": "10.244.1.9", "gateway": "10.244.1.200"}
+RNG6 = {"subnet": "fd44::/64", "rangeStart": "fd44::7", "rangeEnd": "fd44::9", "gateway": "fd44::200"}
+
+
+@pytest.mark.parametrize("setup, rng, expect", [
+    (["route", "add", "10.244.1.7/32", "dev", "eth0"], RNG4, "10.244.1.7 dev eth0"),
+    (["route", "add", "10.244.1.7/32", "via", "10.244.1.1"], RNG4, "10.244.1.7 via 10.244.1.1 dev eth0"),
+    (["-6", "route", "add", "fd44::7/128", "dev", "eth0"], RNG6, "fd44::7 dev eth0 metric 1024"),
+    (["-6", "route", "add", "fd44::7/128", "dev", "eth0", "metric", "100"], RNG6, "fd44::7 dev eth0 metric 100"),
 ])
-def test_refuses_a_pod_address_the_node_already_routes_before_making_anything(node, bin_dir, tmp_path, setup, expect):
+def test_refuses_a_pod_address_the_node_already_routes_before_making_anything(node, bin_dir, tmp_path, setup, rng,
+                                                                               expect):
     """A main-table route to the pod address itself (another network's, or a leftover of an attachment never
     deleted): refused before IPAM's reservation stays, the veth is made or anything else changes, code 7.
     (It used to be found only when the kernel refused ptp's own host route: code 999, after the veth.)"""
@@ -171,25 +178,31 @@ def test_refuses_a_pod_address_the_node_already_routes_before_making_anything(no
     pod = node.pod()
     before = node.state()
     data_dir = str(tmp_path / "ipam")
-    rng = {"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.7", "rangeEnd": "10.244.1.9", "gateway": "10.244.1.200"}
     rc, out, err = run(node, os.path.join(bin_dir, "ptp"), "ADD", conf(data_dir, rng), pod)
     assert rc == 1 and out["code"] == 7, (out, err)
-    assert out["msg"] == ("pod address 10.244.1.7 is already in use on the node: it is the destination of the host "
-                          f"route {expect}"), out
+    assert out["msg"] == (f"pod address {rng['rangeStart']} is already in use on the node: it is the destination of "
+                          f"the host route {expect}"), out
     assert "leftover of an attachment never deleted" in out["details"] and "nothing was changed" in out["details"]
     assert node.state() == before
     assert [x["ifname"] for x in ip_json("link", "show", netns=pod)] == ["lo"]
     assert reservations(data_dir, "pods") == {}
 
 
-def test_a_route_to_the_pod_address_in_another_table_is_not_refused(node, bin_dir, tmp_path):
-    """Only the main table's routes stand in the way of ptp's host route; a policy table's is the node's."""
-    node.ip(node.ns, "route", "add", "10.244.1.7/32", "dev", "eth0", "table", "100")
+@pytest.mark.parametrize("setup, rng", [
+    (["route", "add", "10.244.1.7/32", "dev", "eth0", "table", "100"], RNG4),   # a policy table's: the node's
+    (["route", "add", "10.244.1.7/32", "dev", "eth0", "metric", "100"], RNG4),  # behind ptp's (metric 0)
+    (["route", "add", "10.244.1.7/32", "tos", "0x10", "dev", "eth0"], RNG4),    # for that TOS only
+    (["-6", "route", "add", "fd44::7/128", "dev", "eth0", "metric", "2000"], RNG6),  # behind ptp's (1024)
+])
+def test_a_route_to_the_pod_address_ptp_s_own_route_goes_before_is_not_refused(node, bin_dir, tmp_path, setup, rng):
+    """Only a main-table route the kernel would refuse beside ptp's host route, or prefer to it, stands in its
+    way: another table's, another TOS's, or one of a higher metric does not (review 16: Go's ptp and ours
+    before took these, and the pod worked)."""
+    node.ip(node.ns, *setup)
     pod = node.pod()
-    rng = {"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.7", "rangeEnd": "10.244.1.9", "gateway": "10.244.1.200"}
     rc, out, err = run(node, os.path.join(bin_dir, "ptp"), "ADD", conf(str(tmp_path / "ipam"), rng), pod)
     assert rc == 0, (out, err)
-    assert node.route_to("10.244.1.7")["dev"].startswith("veth")
+    assert node.route_to(rng["rangeStart"])["dev"].startswith("veth")
 
 
 def test_refuses_a_gateway_held_by_a_veth_that_is_not_a_ptp_host_end(node, bin_dir, tmp_path):

@@ -628,10 +628,14 @@ def test_netns_list_and_del_with_what_is_no_namespace(skb, tmp_path):
     p = run(skb, "netns", "del", "ff", "nosuch", "--run-dir", str(run_dir))
     assert p.returncode == 1 and "no such file; nothing was removed" in p.stderr, p.stderr
     assert sorted(os.listdir(run_dir)) == ["dd", "ff", "plain"]
+    p = run(skb, "netns", "del", "ff", "ff", "--run-dir", str(run_dir))
+    assert p.returncode == 1 and "given twice: nothing was removed" in p.stderr, p.stderr
+    assert sorted(os.listdir(run_dir)) == ["dd", "ff", "plain"]
     assert run(skb, "netns", "del", "ff", "plain", "--run-dir", str(run_dir)).returncode == 0
     assert os.listdir(run_dir) == ["dd"]
 
 
+@pytest.mark.kernel
 def test_netns_names_with_control_characters(skb, tmp_path):
     """A name that would write escapes to the terminal is refused by add, and listed escaped."""
     run_dir = tmp_path / "netns"
@@ -639,6 +643,9 @@ def test_netns_names_with_control_characters(skb, tmp_path):
     p = run(skb, "netns", "add", "e\x1b[31m", "--run-dir", str(run_dir))
     assert p.returncode == 1 and "control characters" in p.stderr and "\x1b" not in p.stderr, p.stderr
     assert os.listdir(run_dir) == []
+    p = run(skb, "netns", "add", "nb\u00a0sp", "--run-dir", str(run_dir))   # printable, if not ASCII: as ip's
+    assert p.returncode == 0, p.stderr
+    assert run(skb, "netns", "del", "nb\u00a0sp", "--run-dir", str(run_dir)).returncode == 0
     (run_dir / "e\x1b[31m").write_text("")
     p = run(skb, "netns", "list", "--run-dir", str(run_dir))
     assert "\x1b" not in p.stdout and p.stdout.startswith("e\\x1b[31m"), p.stdout

@@ -113,7 +113,9 @@ def _fold_status(findings):
             cause = "config-invalid"
         elif ("version-failed", f.where) in errors:           # the same plugin cannot even be run
             cause = "version-failed"
-        elif ("version-unsupported", f.network) in errors:
+        elif any(g.code == "version-unsupported" and g.severity == "error" and g.where == f.network
+                 and g.evidence.startswith(f"{f.where} answers VERSION") for g in findings):
+            # (that very plugin lacks the version: another plugin's STATUS failure is its own, review 16)
             cause = "version-unsupported"
         elif ("range-exhausted", f.network) in errors and f.cni_code == 50:
             cause = "range-exhausted"

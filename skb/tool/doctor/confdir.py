@@ -1,11 +1,11 @@
 """The conf dir: which files a runtime reads, which it skips, which break every lookup."""
 import os
-import shlex
 import stat
 
 from skb.cni import env as cnienv
 from skb.cni import jsonio
 from skb.tool import libcni
+from skb.tool.style import shell_word
 from skb.tool.doctor.findings import Finding, plural
 from skb.linux.files import kind_name
 from skb.tool.doctor.files import BadFile, read_regular, open_regular, lstat_kind
@@ -150,7 +150,10 @@ def check_conf_dir(view, findings):
             findings.append(Finding("warning", "wrong-extension", f"{name} looks like a CNI config but is ignored",
                                     f"its extension is {libcni.go_ext(name) or '(none)'}; libcni and containerd read "
                                     "only .conflist, .conf and .json", f"rename it to {stem}{right}", path))
-    if not loaded and renames:
+    targets = [r for _n, r in renames]
+    if not loaded and renames and len(set(targets)) == len(targets) and \
+            not any(os.path.lexists(os.path.join(d, r)) for r in targets):
+        # (only where each mv lands on a name of its own that is free: review 16)
         # one cause, one finding: the runtime has no configuration because of that name (review 16)
         ignored = {os.path.join(d, n) for n, _r in renames}
         findings[:] = [f for f in findings if not (f.code == "wrong-extension" and f.where in ignored)]
@@ -158,7 +161,7 @@ def check_conf_dir(view, findings):
                                 f"{', '.join(n for n, _r in renames)} is ignored for its extension",
                                 "libcni and containerd read only .conflist, .conf and .json; containerd: 'cni config "
                                 f"uninitialized', kubelet: 'cni plugin not initialized'{elsewhere}",
-                                "; ".join(f"mv {shlex.quote(os.path.join(d, n))} {shlex.quote(os.path.join(d, r))}"
+                                "; ".join(f"mv -n -- {shell_word(os.path.join(d, n))} {shell_word(os.path.join(d, r))}"
                                           for n, r in renames) + (f" (or {fix_elsewhere})" if fix_elsewhere else ""), d))
         return loaded
     if not loaded:

@@ -13,7 +13,8 @@ class Finding:
         self.code = code
         self.what = what
         self.evidence = _one_line(evidence)
-        self.fix = _one_line(fix)
+        self.fix = " ".join(line.strip() for line in str(fix).splitlines() if line.strip()) if fix else ""
+        # (a fix's spaces are kept: a command's quoted path may hold two in a row)
         self.where = where
         self.network = network      # the configuration file of the network it is about, when one
         self.cni_code = cni_code    # the CNI error code a call failed with, when one

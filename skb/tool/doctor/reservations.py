@@ -6,6 +6,7 @@ import socket
 from skb.cni import jsonio
 from skb.tool import libcni
 from skb.tool.doctor.findings import Finding
+from skb.tool.style import shell_word
 from skb.tool.doctor.files import BadFile, read_regular
 from skb.linux import netns
 
@@ -153,7 +154,11 @@ def gc_fix(netconf, leaked, cache_dir=libcni.DEFAULT_CACHE_DIR, bin_dirs=()):
     plugins, or no live attachment, and so free the live pods' too."""
     gc_can = libcni.speaks_1_1(netconf.cni_version)
     uncached = [p for _ip, _c, _i, p, why, att in leaked if att is None]
-    files = f"rm {' '.join(shlex.quote(p) for p in uncached[:5])}{' ...' if len(uncached) > 5 else ''}"
+    # every file, each quoted so that a pasted line removes exactly it (review 16: "..." past five, and a
+    # tab in a path printed as a space); they are in one store dir, named by address: short
+    dirs = sorted({os.path.dirname(p) for p in uncached})
+    files = (f"cd {shell_word(dirs[0])} && rm -- {' '.join(shell_word(os.path.basename(p)) for p in uncached)}"
+             if len(dirs) == 1 else f"rm -- {' '.join(shell_word(p) for p in uncached)}")
     gc = f"skb gc {shlex.quote(netconf.name)} --keep-live"
     conf_dir = os.path.dirname(netconf.source) if netconf.source else ""
     if conf_dir:
