@@ -17,7 +17,7 @@ import stat
 import sys
 import time
 
-from skb.plugin.warm import admission, children, snapshot, spare, wire
+from skb.plugin.warm import admission, children, company, snapshot, spare, wire
 
 RUN_DIR = "/run/skb-cni"
 WARM_DIR = RUN_DIR + "/warm"
@@ -507,8 +507,8 @@ class Server:
                 return self.stop(f"no other process in its {alone} (its context is gone)")
 
     def alone_in(self, also=()):
-        """Where no process but ours (and ``also``: pids) is with us, else None (children.alone)."""
-        return children.alone({str(self.pid)} | {str(c.pid) for c in self.children.calls.values()} |
+        """Where no process but ours (and ``also``: pids) is with us, else None (company.alone)."""
+        return company.alone({str(self.pid)} | {str(c.pid) for c in self.children.calls.values()} |
                               {str(s.pid) for s in self.children.spares} | {str(p) for p in also})
 
     def status(self):
