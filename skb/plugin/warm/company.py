@@ -31,7 +31,8 @@ def cgroup_alone(ours, cgroup_file="/proc/self/cgroup", root="/sys/fs/cgroup"):
     return False
 
 
-_NAMESPACES = {"net": "network namespace", "mnt": "mount namespace", "ipc": "IPC namespace", "uts": "UTS namespace"}
+_NAMESPACES = {"net": "network namespace", "mnt": "mount namespace", "ipc": "IPC namespace", "uts": "UTS namespace",
+               "time": "time namespace", "user": "user namespace"}   # (time: Linux 5.6; absent before, not asked)
 
 
 def alone(mine):
