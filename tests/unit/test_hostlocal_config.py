@@ -179,6 +179,9 @@ def test_a_requested_address_with_an_invalid_prefix_is_refused_as_go_refuses_it(
 GW_FIX = "the gateway must be an address of the range's own subnet (or leave it out: it defaults to the subnet's first address)"
 
 
+ADDRESS_FIX = 'write an address alone, e.g. "10.1.0.1" or "fd00::1" (no prefix length, spaces or zone)'
+
+
 @pytest.mark.parametrize("ipam,version,msg,details", [
     ({"ranges": [[{"subnet": "nope"}]]}, "1.0.0", "invalid range ipam.ranges[0][0]: subnet 'nope' is not a network in "
      "CIDR notation", 'e.g. "10.1.0.0/24" or "fd00::/64"'),
@@ -188,10 +191,10 @@ GW_FIX = "the gateway must be an address of the range's own subnet (or leave it 
      "use at most /30 (a /31 leaves no address to hand out)"),
     ({"subnet": "fd00::/127"}, "1.0.0", "invalid range ipam: Network fd00::/127 too small to allocate from",
      "use at most /126 (a /127 leaves no address to hand out)"),
-    ({"subnet": "10.0.0.0/24", "rangeStart": "x"}, "1.0.0", "invalid range ipam: rangeStart 'x' is not an IP address", None),
+    ({"subnet": "10.0.0.0/24", "rangeStart": "x"}, "1.0.0", "invalid range ipam: rangeStart 'x' is not an IP address", ADDRESS_FIX),
     ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeEnd": "y"}]]}, "1.0.0",
-     "invalid range ipam.ranges[0][0]: rangeEnd 'y' is not an IP address", None),
-    ({"subnet": "10.0.0.0/24", "gateway": "z"}, "1.0.0", "invalid range ipam: gateway 'z' is not an IP address", None),
+     "invalid range ipam.ranges[0][0]: rangeEnd 'y' is not an IP address", ADDRESS_FIX),
+    ({"subnet": "10.0.0.0/24", "gateway": "z"}, "1.0.0", "invalid range ipam: gateway 'z' is not an IP address", ADDRESS_FIX),
     ({"subnet": "10.0.0.0/24", "rangeEnd": "10.0.1.1"}, "1.0.0", "invalid range ipam: rangeEnd 10.0.1.1 not in network "
      "10.0.0.0/24", None),
     ({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.9", "rangeEnd": "10.0.0.3"}]]}, "1.0.0",
@@ -219,9 +222,11 @@ GW_FIX = "the gateway must be an address of the range's own subnet (or leave it 
     ({}, "1.0.0", "no IP ranges specified", 'add "ranges": [[{"subnet": "10.1.0.0/24"}]] (or "subnet") to the ipam object'),
     ({"ranges": [[]]}, "1.0.0", "invalid range set ipam.ranges[0]: empty range set", "give it at least one range"),
     ({"subnet": "10.0.0.0/24", "routes": [{"dst": "x"}]}, "1.0.0",
-     "invalid field ipam.routes[0].dst: 'x' is not a network in CIDR notation", None),
+     "invalid field ipam.routes[0].dst: 'x' is not a network in CIDR notation",
+     'e.g. "0.0.0.0/0", "10.96.0.0/12" or "::/0" (no zone)'),
     ({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "gw": "x"}]}, "1.0.0",
-     "invalid field ipam.routes[0].gw: 'x' is not an IP address", None),
+     "invalid field ipam.routes[0].gw: 'x' is not an IP address",
+     'write an address alone, e.g. "10.1.0.1", or leave gw out for the range\'s gateway'),
     ({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "table": 4294967296}]}, "1.0.0",
      "invalid field ipam.routes[0].table: 4294967296 is out of range (0 to 4294967295)", None),
 ])

@@ -846,8 +846,11 @@ for _ in range(600):
         break
     time.sleep(0.05)
 servers = [p for p in procs if b"--warm-serve" in cmdline(p) and ppid(p) == 1]   # (spares and holders: a server's)
+logs = "/run/skb-cni/warm"      # (a server started logs why it serves or not: one file per context)
+started = [n for n in os.listdir(logs) if n.endswith(".log")] if os.path.isdir(logs) else []
 print(json.dumps({"rcs": [r.returncode for r in runs], "outs": sorted({r.stdout.decode() for r in runs}),
-                  "servers": len(servers), "settled": all(b"--warm-serve" in cmdline(p) for p in procs)}))
+                  "servers": len(servers), "settled": all(b"--warm-serve" in cmdline(p) for p in procs),
+                  "started": len(started)}))
 """
 
 
@@ -862,4 +865,6 @@ def test_a_burst_of_new_contexts_starts_not_a_server_each(wbin):
     got = json.loads(p.stdout)
     assert got["rcs"] == [0] * 40 and len(got["outs"]) == 1 and json.loads(got["outs"][0])["cniVersion"], got
     assert got["settled"], got
-    assert 1 <= got["servers"] <= 16 + 6, got
+    # Servers started: at most a few beyond 16. (Since review 16 none of them serves, nor stays: each sees
+    # its first caller alone in its session, a context made for one call.)
+    assert 1 <= got["started"] <= 16 + 6 and got["servers"] <= got["started"], got
