@@ -114,9 +114,11 @@ def _check_routes(routes, addrs):
         mine = gateways.get(r.family, [])
         if gw is not None and gw not in mine:
             raise CNIError(INVALID_CONFIG, f"IPAM result route {r.dst} via {r.gw}: the pod cannot reach {r.gw}",
-                           f"a ptp pod reaches only its gateway ({', '.join(str(g) for g in mine)}), which routes "
-                           "everything else: leave gw out of the route in ipam.routes (it then goes through the "
-                           "gateway) or set it to the gateway")
+                           (f"a ptp pod reaches only its gateway ({', '.join(str(g) for g in mine)}), which routes "
+                            "everything else: leave gw out of the route in ipam.routes (it then goes through the "
+                            "gateway) or set it to the gateway") if mine else
+                           f"the pod has no address of IPv{r.family}: remove the route from ipam.routes, or give the "
+                           "IPAM a range of that version")
         net = Net.parse(r.dst)
         key = (r.family, str(net.network), net.prefixlen, r.table or 254)
         if key in own:

@@ -241,7 +241,7 @@ def _configure_host(hnl, host, addrs):
             raise CNIError(INVALID_CONFIG, f"pod address {a.ip} is already in use on the node: the host "
                                            f"already has a route to {a.ip}/{a.host_bits}",
                            "another network with an overlapping range, or a leftover of an attachment that was "
-                           "never deleted; nothing was left changed. `ip route show table all` names it") from None
+                           "never deleted; the ADD is undone. `ip route show table all` names the route") from None
 
 
 def _enable_forwarding(addrs):

@@ -1,5 +1,5 @@
 """Whether a warm server is alone where its context lives (docs/WARM.md, Lifecycle): no process but its own
-and other servers' in its cgroup, session, or network, mount, IPC or UTS namespace. A server started by a
+and other servers' in its cgroup, session, or network, mount, IPC, UTS, time or user namespace. A server started by a
 call alone there with it does not serve (a context made per call), and one that finds itself alone at a
 lifecycle check ends (reviews 15, 16)."""
 import os
@@ -37,8 +37,8 @@ _NAMESPACES = {"net": "network namespace", "mnt": "mount namespace", "ipc": "IPC
 
 def alone(mine):
     """Where no process but ``mine`` (pids as text) is with us, else None: a finished sandbox; a caller
-    that makes a mount namespace, a cgroup, a session, an IPC or UTS namespace per call (`ip netns exec`,
-    Go's Setsid, `unshare`; one that removes its cgroup after: reviews 15, 16). Warm servers and their
+    that makes a mount namespace, a cgroup, a session, an IPC, UTS or time namespace per call (`ip netns
+    exec`, Go's Setsid, `unshare`; one that removes its cgroup after: reviews 15, 16). Warm servers and their
     spares (comm "skb-warm") do not count: two servers must not keep each other. The process found with
     us last time is asked first: a server's checks scan /proc only when that one has gone (review 16: a
     scan of 3,000 processes every 2 s was 2% of a CPU)."""
@@ -77,21 +77,15 @@ def _found(pid, mine, want, sid):
 def _ns(pid, kind):
     """(dev, ino) of a process's namespace of ``kind``, or None. A process whose main thread has ended (a
     zombie leader) shows none under /proc/PID/ns: one of its threads does (review 16)."""
-    for path in (f"/proc/{pid}/ns/{kind}", None):
-        if path is None:
-            try:
-                tasks = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                return None
-            path = next((f"/proc/{pid}/task/{t}/ns/{kind}" for t in tasks if t != pid), None)
-            if path is None:
-                return None
+    try:
+        st = os.stat(f"/proc/{pid}/ns/{kind}")
+    except OSError:
         try:
-            st = os.stat(path)
-            return st.st_dev, st.st_ino
-        except OSError:
-            continue
-    return None
+            task = next(t for t in os.listdir(f"/proc/{pid}/task") if t != pid)
+            st = os.stat(f"/proc/{pid}/task/{task}/ns/{kind}")
+        except (OSError, StopIteration):
+            return None
+    return st.st_dev, st.st_ino
 
 
 def _session_of(pid):

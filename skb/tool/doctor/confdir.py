@@ -153,8 +153,8 @@ def check_conf_dir(view, findings):
     targets = [r for _n, r in renames]
     if not loaded and renames and len(set(targets)) == len(targets) and \
             not any(os.path.lexists(os.path.join(d, r)) for r in targets):
-        # (only where each mv lands on a name of its own that is free: review 16)
-        # one cause, one finding: the runtime has no configuration because of that name (review 16)
+        # One cause, one finding: the runtime has no configuration because of those names; a fix of `mv`s
+        # only where each lands on a free name of its own (review 16)
         ignored = {os.path.join(d, n) for n, _r in renames}
         findings[:] = [f for f in findings if not (f.code == "wrong-extension" and f.where in ignored)]
         findings.append(Finding("error", "no-config", f"no network configuration in {d}: "

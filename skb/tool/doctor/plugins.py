@@ -285,7 +285,7 @@ def _interpreter(path, err):
     words = first[2:].strip(b" \t").split(None, 1)
     interp = words[0].decode(errors="backslashreplace") if words else ""
     if interp.endswith("\r"):
-        return f" (its #! line ends in a carriage return: the file has CRLF line ends; convert it with dos2unix)"
+        return " (its #! line ends in a carriage return: the file has CRLF line ends; convert it with dos2unix)"
     if interp and not os.path.exists(interp):
         return f" (its #! line asks for {interp}, which does not exist here)"
     return ""
