@@ -271,12 +271,10 @@ def _netns_problem(opts):
     try:
         st = os.stat(opts.run_dir)
     except FileNotFoundError:
-        if opts.action == "del" and opts.names:
-            return f"cannot remove namespace file \"{scratch_netns.path_of(opts.names[0], opts.run_dir)}\": no such file"
-        return None
+        st = None           # (add makes it; a del finds none of its names below)
     except (OSError, ValueError) as e:
         return f"cannot use --run-dir {opts.run_dir!r}: {getattr(e, 'strerror', None) or e}"
-    if st.st_mode & 0o170000 != 0o040000:
+    if st is not None and st.st_mode & 0o170000 != 0o040000:
         return f"--run-dir {opts.run_dir!r} is not a directory: give the directory named namespaces live in"
     if opts.action == "del":   # every name judged before any is removed: a refusal changes nothing
         if len(set(opts.names)) != len(opts.names):
@@ -315,8 +313,7 @@ def _cmd_netns(opts):
                 path = scratch_netns.path_of(name, opts.run_dir)
                 print(visible(name) + ("" if not netns.gone(path) else
                                        " (not a namespace: nothing is mounted on it; skb netns del removes it)"
-                                       if os.path.isfile(path) and not os.path.isdir(path) else
-                                       " (not a namespace)"))
+                                       if os.path.isfile(path) else " (not a namespace)"))
     except scratch_netns.NetnsAdminError as e:
         return fail(f"skb netns {opts.action}", str(e), opts)
     except OSError as e:
